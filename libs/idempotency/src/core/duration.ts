@@ -1,0 +1,65 @@
+import { IdempotencyConfigError } from './errors';
+
+/** A duration as users write it: ISO-8601 (`PT30S`), shorthand (`250ms`, `5m`) or milliseconds. */
+export type Duration = string | number;
+
+const SHORTHAND = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/;
+const SHORTHAND_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+// Weeks, days and time parts only: years and months have no fixed length.
+const ISO = /^P(?:(\d+(?:\.\d+)?)W)?(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$/;
+const ISO_MS = [604_800_000, 86_400_000, 3_600_000, 60_000, 1000];
+
+export interface DurationRule {
+  /** Whether zero is allowed (`waitTimeout` yes, `lease` and `ttl` no). */
+  allowZero: boolean;
+}
+
+/**
+ * Parses a duration to whole milliseconds, or throws `IdempotencyConfigError`
+ * naming `option` (and `where`, e.g. `PaymentsController.create`) and the value.
+ */
+export function parseDuration(value: unknown, option: string, rule: DurationRule, where?: string): number {
+  const ms = toMilliseconds(value);
+  const place = where ? `${where}: ` : '';
+  if (ms === undefined) {
+    throw new IdempotencyConfigError(
+      `${place}option "${option}" has an invalid duration ${describe(value)}; use ISO-8601 (PT30S), shorthand (250ms, 30s, 5m, 24h, 7d) or milliseconds`,
+    );
+  }
+  if (ms < 0 || (ms === 0 && !rule.allowZero)) {
+    throw new IdempotencyConfigError(
+      `${place}option "${option}" must be ${rule.allowZero ? 'zero or more' : 'greater than zero'}, got ${describe(value)}`,
+    );
+  }
+  if (ms > 2 ** 31 - 1 && option !== 'ttl') {
+    // Node timers overflow past ~24.8 days and would fire immediately.
+    throw new IdempotencyConfigError(`${place}option "${option}" is too long (${describe(value)}); at most 24 days`);
+  }
+  return ms;
+}
+
+function toMilliseconds(value: unknown): number | undefined {
+  if (typeof value === 'number') {
+    return Number.isFinite(value) ? Math.round(value) : undefined;
+  }
+  if (typeof value !== 'string') return undefined;
+  const text = value.trim();
+  const short = SHORTHAND.exec(text);
+  if (short) return Math.round(Number(short[1]) * SHORTHAND_MS[short[2]]);
+  if (text.startsWith('-')) return -1;
+  const iso = ISO.exec(text.toUpperCase());
+  if (!iso || text === 'P' || text.toUpperCase().endsWith('T')) return undefined;
+  let total = 0;
+  let any = false;
+  for (let i = 0; i < ISO_MS.length; i++) {
+    if (iso[i + 1] !== undefined) {
+      any = true;
+      total += Number(iso[i + 1]) * ISO_MS[i];
+    }
+  }
+  return any ? Math.round(total) : undefined;
+}
+
+function describe(value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : String(value);
+}

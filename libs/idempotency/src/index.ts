@@ -1,0 +1,5 @@
+export * from './core';
+export * from './stores/memory/in-memory.store';
+export * from './stores/typeorm/typeorm.store';
+export { createIdempotencyMigration } from './stores/typeorm/migration';
+export { createTableSql } from './stores/typeorm/schema';

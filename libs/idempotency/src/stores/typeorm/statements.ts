@@ -1,0 +1,104 @@
+import { qualified, TableName } from './table';
+
+/**
+ * Every statement the store sends. Each is one round trip, and every time
+ * comparison uses the server's `now()`, so instances with skewed clocks agree.
+ */
+export interface Statements {
+  /** $1 id, $2 scope, $3 key, $4 lease id, $5 lease ms, $6 ttl ms, $7 fingerprint. */
+  acquire: string;
+  /** $1 id, $2 lease id, $3 payload json, $4 ttl ms, $5 channel, $6 id hex. */
+  complete: string;
+  /** $1 id, $2 lease id, $3 channel, $4 id hex. */
+  release: string;
+  /** $1 id, $2 lease id, $3 lease ms. */
+  extend: string;
+  /** $1 batch size. */
+  purgeBatch: string;
+  /** $1 id. */
+  find: string;
+  /** $1 scope or null, $2 state or null, $3 limit. */
+  list: string;
+}
+
+const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created_at, completed_at, fingerprint,
+  CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
+  (state = 'IN_PROGRESS' AND lease_expires_at <= now()) AS lease_expired`;
+
+const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= now()) OR (state = 'COMPLETE' AND expires_at <= now()))`;
+const PURGEABLE = `(expires_at <= now() AND (state = 'COMPLETE' OR lease_expires_at <= now()))`;
+const ms = (param: string) => `(${param}::double precision * interval '1 millisecond')`;
+
+export function buildStatements(name: TableName): Statements {
+  const t = qualified(name);
+  return {
+    // Steal (an expired lease or an expired COMPLETE record), else insert, else
+    // read what is there: one statement. A replay takes no row lock and writes nothing.
+    // When the row changed between snapshot and write, the read can look stale or
+    // be empty; the caller just asks again.
+    acquire: `
+      WITH stolen AS (
+        UPDATE ${t} SET state = 'IN_PROGRESS', lease_id = $4, lease_expires_at = now() + ${ms('$5')},
+          expires_at = now() + ${ms('$6')}, fingerprint = $7, payload = NULL, created_at = now(), completed_at = NULL
+        WHERE id = $1 AND ${STEALABLE}
+        RETURNING 1
+      ), inserted AS (
+        INSERT INTO ${t} (id, scope, "key", state, lease_id, lease_expires_at, expires_at, fingerprint, created_at)
+        SELECT $1, $2, $3, 'IN_PROGRESS', $4, now() + ${ms('$5')}, now() + ${ms('$6')}, $7, now()
+        WHERE NOT EXISTS (SELECT 1 FROM stolen)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING 1
+      )
+      SELECT 'acquired' AS outcome, NULL::text AS state, NULL::text AS fingerprint, NULL::jsonb AS payload,
+        NULL::timestamptz AS completed_at, NULL::double precision AS lease_left_ms, false AS stealable
+      FROM stolen
+      UNION ALL
+      SELECT 'acquired', NULL, NULL, NULL, NULL, NULL, false FROM inserted
+      UNION ALL
+      SELECT 'existing', state, fingerprint, CASE WHEN state = 'COMPLETE' THEN payload END, completed_at,
+        greatest(0, extract(epoch FROM (lease_expires_at - now())) * 1000)::double precision,
+        ${STEALABLE}
+      FROM ${t}
+      WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM stolen) AND NOT EXISTS (SELECT 1 FROM inserted)`,
+    complete: `
+      WITH done AS (
+        UPDATE ${t} SET state = 'COMPLETE', payload = $3::jsonb, completed_at = now(),
+          expires_at = now() + ${ms('$4')}, lease_id = NULL, lease_expires_at = NULL
+        WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
+        RETURNING 1
+      )
+      SELECT pg_notify($5, $6) FROM done`,
+    release: `
+      WITH gone AS (
+        DELETE FROM ${t} WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS' RETURNING 1
+      )
+      SELECT pg_notify($3, $4) FROM gone`,
+    extend: `
+      WITH kept AS (
+        UPDATE ${t} SET lease_expires_at = now() + ${ms('$3')}
+        WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
+        RETURNING 1
+      )
+      SELECT 1 AS kept FROM kept`,
+    // Bounded batches; SKIP LOCKED lets several instances purge side by side
+    // without waiting on each other or on live traffic. The rule is rechecked on delete.
+    purgeBatch: `
+      WITH victims AS (
+        SELECT id FROM ${t} WHERE ${PURGEABLE}
+        ORDER BY expires_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+      ), gone AS (
+        DELETE FROM ${t} r USING victims v
+        WHERE r.id = v.id AND (r.expires_at <= now() AND (r.state = 'COMPLETE' OR r.lease_expires_at <= now()))
+        RETURNING 1
+      )
+      SELECT count(*)::int AS purged FROM gone`,
+    find: `SELECT ${VIEW_COLUMNS} FROM ${t} WHERE id = $1`,
+    list: `
+      SELECT ${VIEW_COLUMNS} FROM ${t}
+      WHERE ($1::text IS NULL OR scope = $1) AND ($2::text IS NULL OR state = $2)
+      ORDER BY created_at DESC
+      LIMIT $3`,
+  };
+}
