@@ -1,4 +1,6 @@
 import { InMemoryIdempotencyStore } from 'nest-idempotency';
 import { describeIdempotencyStoreContract } from 'nest-idempotency/testing';
 
-describeIdempotencyStoreContract('InMemoryIdempotencyStore', async () => ({ store: new InMemoryIdempotencyStore() }));
+describeIdempotencyStoreContract('InMemoryIdempotencyStore', async () => ({
+  store: new InMemoryIdempotencyStore(),
+}));

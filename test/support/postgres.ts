@@ -4,7 +4,8 @@ import { DataSource, DataSourceOptions } from 'typeorm';
 /** The server the test run uses (embedded, or IDEMPOTENCY_TEST_PG_URL). */
 export function testDatabaseUrl(): string {
   const url = process.env.IDEMPOTENCY_TEST_PG_URL;
-  if (!url) throw new Error('IDEMPOTENCY_TEST_PG_URL is not set; jest globalSetup should have set it');
+  if (!url)
+    throw new Error('IDEMPOTENCY_TEST_PG_URL is not set; jest globalSetup should have set it');
   return url;
 }
 
@@ -14,7 +15,12 @@ export function scratchSchema(prefix = 't'): string {
 }
 
 export async function openDataSource(extra: Partial<DataSourceOptions> = {}): Promise<DataSource> {
-  const dataSource = new DataSource({ type: 'postgres', url: testDatabaseUrl(), extra: { max: 20 }, ...extra } as DataSourceOptions);
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url: testDatabaseUrl(),
+    extra: { max: 20 },
+    ...extra,
+  } as DataSourceOptions);
   return dataSource.initialize();
 }
 

@@ -4,9 +4,16 @@ import { IdempotencyConfigError } from './errors';
 export type Duration = string | number;
 
 const SHORTHAND = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/;
-const SHORTHAND_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const SHORTHAND_MS: Record<string, number> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
 // Weeks, days and time parts only: years and months have no fixed length.
-const ISO = /^P(?:(\d+(?:\.\d+)?)W)?(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$/;
+const ISO =
+  /^P(?:(\d+(?:\.\d+)?)W)?(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$/;
 const ISO_MS = [604_800_000, 86_400_000, 3_600_000, 60_000, 1000];
 
 export interface DurationRule {
@@ -18,7 +25,12 @@ export interface DurationRule {
  * Parses a duration to whole milliseconds, or throws `IdempotencyConfigError`
  * naming `option` (and `where`, e.g. `PaymentsController.create`) and the value.
  */
-export function parseDuration(value: unknown, option: string, rule: DurationRule, where?: string): number {
+export function parseDuration(
+  value: unknown,
+  option: string,
+  rule: DurationRule,
+  where?: string,
+): number {
   const ms = toMilliseconds(value);
   const place = where ? `${where}: ` : '';
   if (ms === undefined) {
@@ -33,7 +45,9 @@ export function parseDuration(value: unknown, option: string, rule: DurationRule
   }
   if (ms > 2 ** 31 - 1 && option !== 'ttl') {
     // Node timers overflow past ~24.8 days and would fire immediately.
-    throw new IdempotencyConfigError(`${place}option "${option}" is too long (${describe(value)}); at most 24 days`);
+    throw new IdempotencyConfigError(
+      `${place}option "${option}" is too long (${describe(value)}); at most 24 days`,
+    );
   }
   return ms;
 }

@@ -21,8 +21,7 @@ export interface ExecuteRequest {
 }
 
 export type ExecuteOutcome<T> =
-  | { kind: 'executed'; value: T }
-  | { kind: 'replayed'; value: T; completedAt: Date };
+  { kind: 'executed'; value: T } | { kind: 'replayed'; value: T; completedAt: Date };
 
 export interface CompletionRetryOptions {
   /** Attempts in all, the first included. */
@@ -37,7 +36,11 @@ export interface IdempotencyEngineOptions {
   completionRetry?: Partial<CompletionRetryOptions>;
 }
 
-const DEFAULT_RETRY: CompletionRetryOptions = { attempts: 6, initialDelayMs: 100, maxDelayMs: 2000 };
+const DEFAULT_RETRY: CompletionRetryOptions = {
+  attempts: 6,
+  initialDelayMs: 100,
+  maxDelayMs: 2000,
+};
 
 const consoleLogger: IdempotencyLogger = {
   warn: (m) => console.warn(`[nest-idempotency] ${m}`),
@@ -69,11 +72,19 @@ export class IdempotencyEngine {
     return () => this.listeners.delete(listener);
   }
 
-  async execute<T>(request: ExecuteRequest, action: (signal: AbortSignal) => Promise<T>): Promise<ExecuteOutcome<T>> {
+  async execute<T>(
+    request: ExecuteRequest,
+    action: (signal: AbortSignal) => Promise<T>,
+  ): Promise<ExecuteOutcome<T>> {
     assertValidScope(request.scope);
     assertValidKey(request.scope, request.key, this.maxKeyLength);
     const leaseMs = parseDuration(request.lease, 'lease', { allowZero: false }, request.scope);
-    const waitTimeoutMs = parseDuration(request.waitTimeout, 'waitTimeout', { allowZero: true }, request.scope);
+    const waitTimeoutMs = parseDuration(
+      request.waitTimeout,
+      'waitTimeout',
+      { allowZero: true },
+      request.scope,
+    );
     const ttlMs = parseDuration(request.ttl, 'ttl', { allowZero: false }, request.scope);
     const id: RecordId = { scope: request.scope, key: request.key };
     const digest = keyDigest(request.scope, request.key);
@@ -87,13 +98,20 @@ export class IdempotencyEngine {
     });
     switch (acquired.kind) {
       case 'duplicate':
-        return { kind: 'replayed', value: acquired.payload as T, completedAt: acquired.completedAt };
+        return {
+          kind: 'replayed',
+          value: acquired.payload as T,
+          completedAt: acquired.completedAt,
+        };
       case 'in-flight':
         throw new IdempotencyInFlightException(acquired.retryAfterMs, request.scope, digest);
       case 'fingerprint-mismatch':
         throw new IdempotencyFingerprintMismatchException(request.scope, digest);
       case 'acquired':
-        return { kind: 'executed', value: await this.run(id, digest, acquired.leaseId, leaseMs, ttlMs, action) };
+        return {
+          kind: 'executed',
+          value: await this.run(id, digest, acquired.leaseId, leaseMs, ttlMs, action),
+        };
       default:
         return assertNever(acquired);
     }
@@ -134,7 +152,12 @@ export class IdempotencyEngine {
           stopped = true;
           clearInterval(timer);
           this.logger.warn(`lease on ${digest} was lost while the action ran; aborting its signal`);
-          this.emit({ type: 'lease-lost', scope: id.scope, keyDigest: digest, during: 'heartbeat' });
+          this.emit({
+            type: 'lease-lost',
+            scope: id.scope,
+            keyDigest: digest,
+            during: 'heartbeat',
+          });
           controller.abort(new IdempotencyLeaseLostError(`lease on ${digest} was lost`));
         }
       } catch (error) {
@@ -153,7 +176,13 @@ export class IdempotencyEngine {
     };
   }
 
-  private async completeWithRetry(id: RecordId, digest: string, leaseId: string, value: unknown, ttlMs: number) {
+  private async completeWithRetry(
+    id: RecordId,
+    digest: string,
+    leaseId: string,
+    value: unknown,
+    ttlMs: number,
+  ) {
     let delay = this.retry.initialDelayMs;
     for (let attempt = 1; ; attempt++) {
       try {
@@ -162,13 +191,18 @@ export class IdempotencyEngine {
       } catch (error) {
         if (error instanceof IdempotencyLeaseLostError) {
           // Someone else owns the record now; their result stands, ours is still the caller's.
-          this.logger.warn(`completion of ${digest} refused: the lease was lost; the newer owner's result stands`);
+          this.logger.warn(
+            `completion of ${digest} refused: the lease was lost; the newer owner's result stands`,
+          );
           this.emit({ type: 'lease-lost', scope: id.scope, keyDigest: digest, during: 'complete' });
           return;
         }
         if (error instanceof IdempotencyPayloadError) {
           await this.releaseQuietly(id, digest, leaseId);
-          throw new IdempotencyPayloadError(`${digest}: ${error.message}; the record was released`, { cause: error });
+          throw new IdempotencyPayloadError(
+            `${digest}: ${error.message}; the record was released`,
+            { cause: error },
+          );
         }
         if (attempt >= this.retry.attempts) {
           throw new IdempotencyCompletionError(
@@ -178,8 +212,16 @@ export class IdempotencyEngine {
             { cause: error },
           );
         }
-        this.emit({ type: 'completion-retry', scope: id.scope, keyDigest: digest, attempt, error: describe(error) });
-        this.logger.warn(`completion of ${digest} failed (attempt ${attempt}), retrying in ${delay} ms: ${describe(error)}`);
+        this.emit({
+          type: 'completion-retry',
+          scope: id.scope,
+          keyDigest: digest,
+          attempt,
+          error: describe(error),
+        });
+        this.logger.warn(
+          `completion of ${digest} failed (attempt ${attempt}), retrying in ${delay} ms: ${describe(error)}`,
+        );
         await new Promise((resolve) => setTimeout(resolve, delay));
         delay = Math.min(delay * 2, this.retry.maxDelayMs);
       }
@@ -195,8 +237,15 @@ export class IdempotencyEngine {
         return;
       }
       // The lease will lapse and the next caller steals it; the original error matters more.
-      this.logger.warn(`release of ${digest} failed; its lease will lapse instead: ${describe(error)}`);
-      this.emit({ type: 'release-failed', scope: id.scope, keyDigest: digest, error: describe(error) });
+      this.logger.warn(
+        `release of ${digest} failed; its lease will lapse instead: ${describe(error)}`,
+      );
+      this.emit({
+        type: 'release-failed',
+        scope: id.scope,
+        keyDigest: digest,
+        error: describe(error),
+      });
     }
   }
 

@@ -13,9 +13,15 @@ export function keyDigest(scope: string, key: string): string {
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
 /** Throws `IdempotencyKeyError` unless `key` is a usable key. Never echoes the key itself. */
-export function assertValidKey(scope: string, key: unknown, maxLength = DEFAULT_MAX_KEY_LENGTH): asserts key is string {
+export function assertValidKey(
+  scope: string,
+  key: unknown,
+  maxLength = DEFAULT_MAX_KEY_LENGTH,
+): asserts key is string {
   if (typeof key !== 'string') {
-    throw new IdempotencyKeyError(`${scope}: idempotency key must be a string, got ${key === null ? 'null' : typeof key}`);
+    throw new IdempotencyKeyError(
+      `${scope}: idempotency key must be a string, got ${key === null ? 'null' : typeof key}`,
+    );
   }
   if (key.length === 0) {
     throw new IdempotencyKeyError(`${scope}: idempotency key is empty`);
@@ -26,7 +32,9 @@ export function assertValidKey(scope: string, key: unknown, maxLength = DEFAULT_
     );
   }
   if (CONTROL.test(key)) {
-    throw new IdempotencyKeyError(`${scope}: idempotency key ${keyDigest(scope, key)} contains control characters`);
+    throw new IdempotencyKeyError(
+      `${scope}: idempotency key ${keyDigest(scope, key)} contains control characters`,
+    );
   }
 }
 

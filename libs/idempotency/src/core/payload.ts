@@ -18,13 +18,17 @@ export function encodePayload(value: unknown, maxBytes = DEFAULT_MAX_PAYLOAD_BYT
   const json = JSON.stringify(value === undefined ? {} : { v: value });
   const bytes = Buffer.byteLength(json, 'utf8');
   if (bytes > maxBytes) {
-    throw new IdempotencyPayloadError(`result is ${bytes} bytes serialized; the store accepts at most ${maxBytes}`);
+    throw new IdempotencyPayloadError(
+      `result is ${bytes} bytes serialized; the store accepts at most ${maxBytes}`,
+    );
   }
   return json;
 }
 
 export function decodePayload(stored: unknown): unknown {
-  const wrapper = (typeof stored === 'string' ? JSON.parse(stored) : stored) as EncodedPayload | null;
+  const wrapper = (
+    typeof stored === 'string' ? JSON.parse(stored) : stored
+  ) as EncodedPayload | null;
   return wrapper && 'v' in wrapper ? wrapper.v : undefined;
 }
 
@@ -34,14 +38,20 @@ function assertSerializable(value: unknown, path: string, seen: Set<object>): vo
       throw new IdempotencyPayloadError(`result is not JSON-serializable: BigInt at ${path}`);
     case 'function':
     case 'symbol':
-      throw new IdempotencyPayloadError(`result is not JSON-serializable: ${typeof value} at ${path}`);
+      throw new IdempotencyPayloadError(
+        `result is not JSON-serializable: ${typeof value} at ${path}`,
+      );
     case 'object': {
       if (value === null) return;
       if (seen.has(value)) {
-        throw new IdempotencyPayloadError(`result is not JSON-serializable: circular reference at ${path}`);
+        throw new IdempotencyPayloadError(
+          `result is not JSON-serializable: circular reference at ${path}`,
+        );
       }
       if (value instanceof Map || value instanceof Set) {
-        throw new IdempotencyPayloadError(`result is not JSON-serializable: ${value.constructor.name} at ${path}`);
+        throw new IdempotencyPayloadError(
+          `result is not JSON-serializable: ${value.constructor.name} at ${path}`,
+        );
       }
       if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return;
       seen.add(value);

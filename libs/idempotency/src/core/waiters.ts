@@ -55,10 +55,13 @@ export class WaitTicket {
   wait(ms: number): Promise<boolean> {
     if (this.fired) return Promise.resolve(true);
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.wake = undefined;
-        resolve(false);
-      }, Math.max(0, ms));
+      const timer = setTimeout(
+        () => {
+          this.wake = undefined;
+          resolve(false);
+        },
+        Math.max(0, ms),
+      );
       this.wake = () => {
         clearTimeout(timer);
         this.wake = undefined;

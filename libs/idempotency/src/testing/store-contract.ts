@@ -17,7 +17,10 @@ const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  *
  * Each test uses its own scope, so one store instance serves the whole suite.
  */
-export function describeIdempotencyStoreContract(name: string, makeStore: () => Promise<StoreContractHarness>): void {
+export function describeIdempotencyStoreContract(
+  name: string,
+  makeStore: () => Promise<StoreContractHarness>,
+): void {
   describe(`IdempotencyStore contract: ${name}`, () => {
     let harness: StoreContractHarness;
     let store: IdempotencyStore;
@@ -54,11 +57,17 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
       it('acquires a new key', async () => {
         const result = await store.tryAcquire(req('k'));
         expect(result).toEqual({ kind: 'acquired', leaseId: expect.any(String) });
-        await expect(store.find({ scope, key: 'k' })).resolves.toMatchObject({ state: 'IN_PROGRESS', leaseExpired: false });
+        await expect(store.find({ scope, key: 'k' })).resolves.toMatchObject({
+          state: 'IN_PROGRESS',
+          leaseExpired: false,
+        });
       });
 
       it('replays the stored payload of a completed key, deep-equal', async () => {
-        const payload = { status: 201, body: { id: 7, tags: ['a', 'b'], nested: { ok: true, none: null } } };
+        const payload = {
+          status: 201,
+          body: { id: 7, tags: ['a', 'b'], nested: { ok: true, none: null } },
+        };
         const leaseId = await acquire('k');
         await store.complete({ scope, key: 'k' }, leaseId, payload, 60_000);
         const result = await store.tryAcquire(req('k'));
@@ -86,20 +95,39 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
         const other = await store.tryAcquire({ ...req('a'), scope: `${scope}-other` });
         expect(other.kind).toBe('acquired');
         await expect(store.tryAcquire(req('b'))).resolves.toMatchObject({ kind: 'in-flight' });
-        await expect(store.tryAcquire(req('a'))).resolves.toMatchObject({ kind: 'duplicate', payload: 'A' });
+        await expect(store.tryAcquire(req('a'))).resolves.toMatchObject({
+          kind: 'duplicate',
+          payload: 'A',
+        });
       });
 
       it('stores keys and scopes verbatim: SQL metacharacters, unicode, 10 kB', async () => {
-        const keys = [`'; DROP TABLE idempotency_records; --`, `"quoted" \\ back`, 'ключ-🔑', 'x'.repeat(10_240)];
+        const keys = [
+          `'; DROP TABLE idempotency_records; --`,
+          `"quoted" \\ back`,
+          'ключ-🔑',
+          'x'.repeat(10_240),
+        ];
         const longScope = `${scope}-${'s'.repeat(10_240)}`;
         for (const key of keys) {
           const leaseId = await store.tryAcquire({ ...req(key), scope: longScope });
           expect(leaseId.kind).toBe('acquired');
-          await store.complete({ scope: longScope, key }, (leaseId as { leaseId: string }).leaseId, key.length, 60_000);
+          await store.complete(
+            { scope: longScope, key },
+            (leaseId as { leaseId: string }).leaseId,
+            key.length,
+            60_000,
+          );
         }
         for (const key of keys) {
-          await expect(store.tryAcquire({ ...req(key), scope: longScope })).resolves.toMatchObject({ kind: 'duplicate', payload: key.length });
-          await expect(store.find({ scope: longScope, key })).resolves.toMatchObject({ key, scope: longScope });
+          await expect(store.tryAcquire({ ...req(key), scope: longScope })).resolves.toMatchObject({
+            kind: 'duplicate',
+            payload: key.length,
+          });
+          await expect(store.find({ scope: longScope, key })).resolves.toMatchObject({
+            key,
+            scope: longScope,
+          });
         }
         await expect(store.find({ scope: longScope, key: keys[3].slice(1) })).resolves.toBeNull();
       });
@@ -143,25 +171,41 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
         const fresh = await acquire('k');
         const id = { scope, key: 'k' };
         await expect(store.extend(id, stale, 10_000)).resolves.toBe(false);
-        await expect(store.complete(id, stale, 'stale', 60_000)).rejects.toBeInstanceOf(IdempotencyLeaseLostError);
+        await expect(store.complete(id, stale, 'stale', 60_000)).rejects.toBeInstanceOf(
+          IdempotencyLeaseLostError,
+        );
         await expect(store.release(id, stale)).rejects.toBeInstanceOf(IdempotencyLeaseLostError);
         await store.complete(id, fresh, 'fresh', 60_000);
-        await expect(store.complete(id, stale, 'stale', 60_000)).rejects.toBeInstanceOf(IdempotencyLeaseLostError);
-        await expect(store.tryAcquire(req('k'))).resolves.toMatchObject({ kind: 'duplicate', payload: 'fresh' });
+        await expect(store.complete(id, stale, 'stale', 60_000)).rejects.toBeInstanceOf(
+          IdempotencyLeaseLostError,
+        );
+        await expect(store.tryAcquire(req('k'))).resolves.toMatchObject({
+          kind: 'duplicate',
+          payload: 'fresh',
+        });
       });
 
       it('refuses complete, release and extend once the record is complete or absent', async () => {
         const id = { scope, key: 'k' };
         const leaseId = await acquire('k');
         await store.complete(id, leaseId, 1, 60_000);
-        await expect(store.complete(id, leaseId, 2, 60_000)).rejects.toBeInstanceOf(IdempotencyLeaseLostError);
+        await expect(store.complete(id, leaseId, 2, 60_000)).rejects.toBeInstanceOf(
+          IdempotencyLeaseLostError,
+        );
         await expect(store.release(id, leaseId)).rejects.toBeInstanceOf(IdempotencyLeaseLostError);
         await expect(store.extend(id, leaseId, 1000)).resolves.toBe(false);
         const absent = { scope, key: 'never' };
-        await expect(store.complete(absent, leaseId, 1, 60_000)).rejects.toBeInstanceOf(IdempotencyLeaseLostError);
-        await expect(store.release(absent, leaseId)).rejects.toBeInstanceOf(IdempotencyLeaseLostError);
+        await expect(store.complete(absent, leaseId, 1, 60_000)).rejects.toBeInstanceOf(
+          IdempotencyLeaseLostError,
+        );
+        await expect(store.release(absent, leaseId)).rejects.toBeInstanceOf(
+          IdempotencyLeaseLostError,
+        );
         await expect(store.extend(absent, leaseId, 1000)).resolves.toBe(false);
-        await expect(store.tryAcquire(req('k'))).resolves.toMatchObject({ kind: 'duplicate', payload: 1 });
+        await expect(store.tryAcquire(req('k'))).resolves.toMatchObject({
+          kind: 'duplicate',
+          payload: 1,
+        });
       });
     });
 
@@ -189,7 +233,9 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
 
       it('hands the key to a waiting duplicate when the holder lease expires', async () => {
         await acquire('k', { leaseMs: 300 });
-        await expect(store.tryAcquire(req('k', { waitTimeoutMs: 10_000 }))).resolves.toMatchObject({ kind: 'acquired' });
+        await expect(store.tryAcquire(req('k', { waitTimeoutMs: 10_000 }))).resolves.toMatchObject({
+          kind: 'acquired',
+        });
       });
 
       it('returns in-flight after the wait, with retryAfterMs = the holder remaining lease', async () => {
@@ -220,7 +266,12 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
               if (result.kind === 'acquired') {
                 completions++;
                 await delay(50);
-                await store.complete({ scope, key: 'hot' }, result.leaseId, { winner: result.leaseId }, 60_000);
+                await store.complete(
+                  { scope, key: 'hot' },
+                  result.leaseId,
+                  { winner: result.leaseId },
+                  60_000,
+                );
               }
               return result;
             }),
@@ -239,16 +290,25 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
     describe('fingerprints', () => {
       it('reports a mismatch for a live record first used with another fingerprint', async () => {
         const leaseId = await acquire('k', { fingerprint: 'f1' });
-        await expect(store.tryAcquire(req('k', { fingerprint: 'f2' }))).resolves.toEqual({ kind: 'fingerprint-mismatch' });
+        await expect(store.tryAcquire(req('k', { fingerprint: 'f2' }))).resolves.toEqual({
+          kind: 'fingerprint-mismatch',
+        });
         await store.complete({ scope, key: 'k' }, leaseId, 'v', 60_000);
-        await expect(store.tryAcquire(req('k', { fingerprint: 'f2' }))).resolves.toEqual({ kind: 'fingerprint-mismatch' });
-        await expect(store.tryAcquire(req('k', { fingerprint: 'f1' }))).resolves.toMatchObject({ kind: 'duplicate', payload: 'v' });
+        await expect(store.tryAcquire(req('k', { fingerprint: 'f2' }))).resolves.toEqual({
+          kind: 'fingerprint-mismatch',
+        });
+        await expect(store.tryAcquire(req('k', { fingerprint: 'f1' }))).resolves.toMatchObject({
+          kind: 'duplicate',
+          payload: 'v',
+        });
       });
 
       it('reports no mismatch unless both sides carry a fingerprint', async () => {
         const a = await acquire('a');
         await store.complete({ scope, key: 'a' }, a, 'A', 60_000);
-        await expect(store.tryAcquire(req('a', { fingerprint: 'f' }))).resolves.toMatchObject({ kind: 'duplicate' });
+        await expect(store.tryAcquire(req('a', { fingerprint: 'f' }))).resolves.toMatchObject({
+          kind: 'duplicate',
+        });
         const b = await acquire('b', { fingerprint: 'f' });
         await store.complete({ scope, key: 'b' }, b, 'B', 60_000);
         await expect(store.tryAcquire(req('b'))).resolves.toMatchObject({ kind: 'duplicate' });
@@ -264,7 +324,9 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
         await delay(200);
         expect(await store.purgeExpired()).toBeGreaterThanOrEqual(1);
         await expect(store.find({ scope, key: 'old' })).resolves.toBeNull();
-        await expect(store.find({ scope, key: 'fresh' })).resolves.toMatchObject({ state: 'COMPLETE' });
+        await expect(store.find({ scope, key: 'fresh' })).resolves.toMatchObject({
+          state: 'COMPLETE',
+        });
       });
 
       it('purges an IN_PROGRESS record only when both its TTL and its lease have run out', async () => {
@@ -276,8 +338,14 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
         await delay(150);
         await store.purgeExpired();
         await expect(store.find({ scope, key: 'abandoned' })).resolves.toBeNull();
-        await expect(store.find({ scope, key: 'long-running' })).resolves.toMatchObject({ state: 'IN_PROGRESS', leaseExpired: false });
-        await expect(store.find({ scope, key: 'lease-out-ttl-in' })).resolves.toMatchObject({ state: 'IN_PROGRESS', leaseExpired: true });
+        await expect(store.find({ scope, key: 'long-running' })).resolves.toMatchObject({
+          state: 'IN_PROGRESS',
+          leaseExpired: false,
+        });
+        await expect(store.find({ scope, key: 'lease-out-ttl-in' })).resolves.toMatchObject({
+          state: 'IN_PROGRESS',
+          leaseExpired: true,
+        });
       });
 
       it('respects the purge limit', async () => {
@@ -316,12 +384,27 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
         await delay(5);
         await acquire('b');
         expect((await store.list({ scope })).map((r) => r.key)).toEqual(['b', 'a']);
-        expect((await store.list({ scope, state: 'COMPLETE' })).map((r) => [r.key, r.payload])).toEqual([['a', 'A']]);
-        expect((await store.list({ scope, state: 'IN_PROGRESS' })).map((r) => r.key)).toEqual(['b']);
+        expect(
+          (await store.list({ scope, state: 'COMPLETE' })).map((r) => [r.key, r.payload]),
+        ).toEqual([['a', 'A']]);
+        expect((await store.list({ scope, state: 'IN_PROGRESS' })).map((r) => r.key)).toEqual([
+          'b',
+        ]);
         expect(await store.list({ scope, limit: 1 })).toHaveLength(1);
         const view = (await store.find({ scope, key: 'a' }))!;
         expect(Object.keys(view).sort()).toEqual(
-          ['completedAt', 'createdAt', 'expiresAt', 'fingerprint', 'key', 'leaseExpired', 'leaseExpiresAt', 'payload', 'scope', 'state'].sort(),
+          [
+            'completedAt',
+            'createdAt',
+            'expiresAt',
+            'fingerprint',
+            'key',
+            'leaseExpired',
+            'leaseExpiresAt',
+            'payload',
+            'scope',
+            'state',
+          ].sort(),
         );
       });
     });
@@ -338,7 +421,9 @@ export function describeIdempotencyStoreContract(name: string, makeStore: () => 
       ])('refuses %s before writing anything', async (_label, payload) => {
         const id = { scope, key: 'k' };
         const leaseId = await acquire('k');
-        await expect(store.complete(id, leaseId, payload, 60_000)).rejects.toBeInstanceOf(IdempotencyPayloadError);
+        await expect(store.complete(id, leaseId, payload, 60_000)).rejects.toBeInstanceOf(
+          IdempotencyPayloadError,
+        );
         await expect(store.find(id)).resolves.toMatchObject({ state: 'IN_PROGRESS' });
         await store.release(id, leaseId);
         await expect(store.find(id)).resolves.toBeNull();

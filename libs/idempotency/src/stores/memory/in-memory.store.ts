@@ -67,11 +67,19 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         });
         return { kind: 'acquired', leaseId };
       }
-      if (request.fingerprint && existing.fingerprint && request.fingerprint !== existing.fingerprint) {
+      if (
+        request.fingerprint &&
+        existing.fingerprint &&
+        request.fingerprint !== existing.fingerprint
+      ) {
         return { kind: 'fingerprint-mismatch' };
       }
       if (existing.state === 'COMPLETE') {
-        return { kind: 'duplicate', payload: decodePayload(existing.payload), completedAt: new Date(existing.completedAt!) };
+        return {
+          kind: 'duplicate',
+          payload: decodePayload(existing.payload),
+          completedAt: new Date(existing.completedAt!),
+        };
       }
       const leaseLeftMs = Math.max(0, existing.leaseExpiresAt! - now);
       const waitLeftMs = deadline - Date.now();
@@ -151,7 +159,9 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   private held(id: RecordId, leaseId: string, operation: string): MemoryRecord {
     const record = this.records.get(idOf(id));
     if (!record || record.state !== 'IN_PROGRESS' || record.leaseId !== leaseId) {
-      throw new IdempotencyLeaseLostError(`${operation} refused: the record is no longer held under this lease`);
+      throw new IdempotencyLeaseLostError(
+        `${operation} refused: the record is no longer held under this lease`,
+      );
     }
     return record;
   }

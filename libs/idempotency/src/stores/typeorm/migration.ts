@@ -8,7 +8,9 @@ import { DEFAULT_TABLE, TableName } from './table';
  *
  *   migrations: [createIdempotencyMigration()]
  */
-export function createIdempotencyMigration(name: Partial<TableName> = {}): new () => MigrationInterface {
+export function createIdempotencyMigration(
+  name: Partial<TableName> = {},
+): new () => MigrationInterface {
   const target = { ...DEFAULT_TABLE, ...name };
   return class CreateIdempotencyRecords1764460800000 implements MigrationInterface {
     name = 'CreateIdempotencyRecords1764460800000';

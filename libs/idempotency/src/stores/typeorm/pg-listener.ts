@@ -54,7 +54,8 @@ export class PgNotificationListener {
     client.on('error', () => this.lost(client));
     client.on('end', () => this.lost(client));
     client.on('notification', (message) => {
-      if (message.channel === this.channel && message.payload) this.registry.notify(message.payload);
+      if (message.channel === this.channel && message.payload)
+        this.registry.notify(message.payload);
     });
     try {
       await client.connect();

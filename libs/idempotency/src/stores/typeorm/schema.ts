@@ -58,7 +58,11 @@ export const PRIMARY_KEY_QUERY = `
   WHERE i.indisprimary AND n.nspname = $1 AND c.relname = $2`;
 
 /** Throws `IdempotencyStoreSchemaError` describing every difference from the expected shape. */
-export function assertTableShape(name: TableName, columns: ColumnRow[], primaryKey: string[]): void {
+export function assertTableShape(
+  name: TableName,
+  columns: ColumnRow[],
+  primaryKey: string[],
+): void {
   const where = `${name.schema}.${name.table}`;
   if (columns.length === 0) {
     throw new IdempotencyStoreSchemaError(
@@ -76,6 +80,8 @@ export function assertTableShape(name: TableName, columns: ColumnRow[], primaryK
     problems.push(`primary key is (${primaryKey.join(', ') || 'none'}), expected (id)`);
   }
   if (problems.length > 0) {
-    throw new IdempotencyStoreSchemaError(`table ${where} has the wrong shape: ${problems.join('; ')}`);
+    throw new IdempotencyStoreSchemaError(
+      `table ${where} has the wrong shape: ${problems.join('; ')}`,
+    );
   }
 }

@@ -27,5 +27,7 @@ export function channelFor(name: TableName): string {
  * (a B-tree cannot index text values over ~2.7 kB).
  */
 export function recordIdOf(scope: string, key: string): Buffer {
-  return createHash('sha256').update(JSON.stringify([scope, key])).digest();
+  return createHash('sha256')
+    .update(JSON.stringify([scope, key]))
+    .digest();
 }

@@ -19,7 +19,13 @@ import {
 } from '../../core/store';
 import { WaiterRegistry } from '../../core/waiters';
 import { PgNotificationListener } from './pg-listener';
-import { assertTableShape, ColumnRow, COLUMNS_QUERY, createTableSql, PRIMARY_KEY_QUERY } from './schema';
+import {
+  assertTableShape,
+  ColumnRow,
+  COLUMNS_QUERY,
+  createTableSql,
+  PRIMARY_KEY_QUERY,
+} from './schema';
 import { buildStatements, Statements } from './statements';
 import { channelFor, DEFAULT_TABLE, recordIdOf, TableName } from './table';
 import { isUnavailable } from './unavailable';
@@ -90,13 +96,19 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
         `TypeOrmIdempotencyStore supports PostgreSQL; the DataSource is of type "${dataSource.options.type}"`,
       );
     }
-    this.tableName = { schema: options.schema ?? DEFAULT_TABLE.schema, table: options.table ?? DEFAULT_TABLE.table };
+    this.tableName = {
+      schema: options.schema ?? DEFAULT_TABLE.schema,
+      table: options.table ?? DEFAULT_TABLE.table,
+    };
     this.sql = buildStatements(this.tableName);
     this.channel = channelFor(this.tableName);
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     this.timeoutMs = options.operationTimeoutMs ?? 5000;
     this.pollIntervalMs = options.pollIntervalMs ?? 1000;
-    this.logger = options.logger ?? { warn: (m) => console.warn(`[nest-idempotency] ${m}`), error: (m) => console.error(`[nest-idempotency] ${m}`) };
+    this.logger = options.logger ?? {
+      warn: (m) => console.warn(`[nest-idempotency] ${m}`),
+      error: (m) => console.error(`[nest-idempotency] ${m}`),
+    };
   }
 
   /**
@@ -123,7 +135,15 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     const idHex = id.toString('hex');
     const deadline = Date.now() + request.waitTimeoutMs;
     const leaseId = randomUUID();
-    const params = [id, request.scope, request.key, leaseId, request.leaseMs, request.ttlMs, request.fingerprint ?? null];
+    const params = [
+      id,
+      request.scope,
+      request.key,
+      leaseId,
+      request.leaseMs,
+      request.ttlMs,
+      request.fingerprint ?? null,
+    ];
     if (request.waitTimeoutMs > 0) await this.listener!.ensure();
 
     for (;;) {
@@ -139,12 +159,18 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
           return { kind: 'fingerprint-mismatch' };
         }
         if (row.state === 'COMPLETE') {
-          return { kind: 'duplicate', payload: decodePayload(row.payload), completedAt: row.completed_at! };
+          return {
+            kind: 'duplicate',
+            payload: decodePayload(row.payload),
+            completedAt: row.completed_at!,
+          };
         }
         const leaseLeftMs = Math.ceil(row.lease_left_ms ?? 0);
         const waitLeftMs = deadline - Date.now();
         if (!ticket || waitLeftMs <= 0) return { kind: 'in-flight', retryAfterMs: leaseLeftMs };
-        const poll = this.listener!.listening ? this.pollIntervalMs : Math.min(this.pollIntervalMs, 100);
+        const poll = this.listener!.listening
+          ? this.pollIntervalMs
+          : Math.min(this.pollIntervalMs, 100);
         await ticket.wait(Math.min(waitLeftMs, leaseLeftMs + 1, poll));
       } finally {
         ticket?.dispose();
@@ -156,24 +182,44 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     const encoded = encodePayload(payload, this.maxPayloadBytes);
     await this.init();
     const rid = recordIdOf(id.scope, id.key);
-    const rows = await this.query('complete', this.sql.complete, [rid, leaseId, encoded, ttlMs, this.channel, rid.toString('hex')]);
+    const rows = await this.query('complete', this.sql.complete, [
+      rid,
+      leaseId,
+      encoded,
+      ttlMs,
+      this.channel,
+      rid.toString('hex'),
+    ]);
     if (rows.length === 0) {
-      throw new IdempotencyLeaseLostError('complete refused: the record is no longer held under this lease');
+      throw new IdempotencyLeaseLostError(
+        'complete refused: the record is no longer held under this lease',
+      );
     }
   }
 
   async release(id: RecordId, leaseId: string): Promise<void> {
     await this.init();
     const rid = recordIdOf(id.scope, id.key);
-    const rows = await this.query('release', this.sql.release, [rid, leaseId, this.channel, rid.toString('hex')]);
+    const rows = await this.query('release', this.sql.release, [
+      rid,
+      leaseId,
+      this.channel,
+      rid.toString('hex'),
+    ]);
     if (rows.length === 0) {
-      throw new IdempotencyLeaseLostError('release refused: the record is no longer held under this lease');
+      throw new IdempotencyLeaseLostError(
+        'release refused: the record is no longer held under this lease',
+      );
     }
   }
 
   async extend(id: RecordId, leaseId: string, leaseMs: number): Promise<boolean> {
     await this.init();
-    const rows = await this.query('extend', this.sql.extend, [recordIdOf(id.scope, id.key), leaseId, leaseMs]);
+    const rows = await this.query('extend', this.sql.extend, [
+      recordIdOf(id.scope, id.key),
+      leaseId,
+      leaseMs,
+    ]);
     return rows.length > 0;
   }
 
@@ -181,7 +227,10 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     await this.init();
     let total = 0;
     for (;;) {
-      const batch = Math.min(PURGE_BATCH, options.limit === undefined ? PURGE_BATCH : options.limit - total);
+      const batch = Math.min(
+        PURGE_BATCH,
+        options.limit === undefined ? PURGE_BATCH : options.limit - total,
+      );
       if (batch <= 0) return total;
       const [row] = await this.query<{ purged: number }>('purge', this.sql.purgeBatch, [batch]);
       total += row.purged;
@@ -197,7 +246,11 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
 
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
     await this.init();
-    const rows = await this.query<ViewRow>('list', this.sql.list, [filter.scope ?? null, filter.state ?? null, filter.limit ?? 100]);
+    const rows = await this.query<ViewRow>('list', this.sql.list, [
+      filter.scope ?? null,
+      filter.state ?? null,
+      filter.limit ?? 100,
+    ]);
     return rows.map(toView);
   }
 
@@ -210,17 +263,40 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       await this.query('ensureSchema', [lock, ...createTableSql(this.tableName)].join(';\n'), []);
     }
     const columns = await this.query<ColumnRow>('schema check', COLUMNS_QUERY, [schema, table]);
-    const primaryKey = await this.query<{ column_name: string }>('schema check', PRIMARY_KEY_QUERY, [schema, table]);
-    assertTableShape(this.tableName, columns, primaryKey.map((r) => r.column_name));
+    const primaryKey = await this.query<{ column_name: string }>(
+      'schema check',
+      PRIMARY_KEY_QUERY,
+      [schema, table],
+    );
+    assertTableShape(
+      this.tableName,
+      columns,
+      primaryKey.map((r) => r.column_name),
+    );
     const pool = (this.dataSource.driver as unknown as { master: Pool }).master;
-    this.listener = new PgNotificationListener(pool, this.channel, this.waiters, this.logger, this.timeoutMs);
+    this.listener = new PgNotificationListener(
+      pool,
+      this.channel,
+      this.waiters,
+      this.logger,
+      this.timeoutMs,
+    );
   }
 
-  private async query<T = unknown>(operation: string, sql: string, params: unknown[]): Promise<T[]> {
+  private async query<T = unknown>(
+    operation: string,
+    sql: string,
+    params: unknown[],
+  ): Promise<T[]> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(
-        () => reject(new IdempotencyStoreUnavailableError(`PostgreSQL did not answer ${operation} within ${this.timeoutMs} ms`)),
+        () =>
+          reject(
+            new IdempotencyStoreUnavailableError(
+              `PostgreSQL did not answer ${operation} within ${this.timeoutMs} ms`,
+            ),
+          ),
         this.timeoutMs,
       );
     });
@@ -230,7 +306,11 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     } catch (error) {
       if (error instanceof IdempotencyStoreUnavailableError) throw error;
       if (isUnavailable(error)) {
-        throw new IdempotencyStoreUnavailableError(`PostgreSQL is unavailable during ${operation}: ${(error as Error).message}`, 1000, { cause: error });
+        throw new IdempotencyStoreUnavailableError(
+          `PostgreSQL is unavailable during ${operation}: ${(error as Error).message}`,
+          1000,
+          { cause: error },
+        );
       }
       throw error;
     } finally {
