@@ -3,7 +3,7 @@ import tseslint from 'typescript-eslint';
 import prettier from 'eslint-config-prettier';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'dist/', 'coverage/', '.embedded-pg/'] },
+  { ignores: ['**/node_modules/', '**/dist/', 'coverage/', '.embedded-pg/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   prettier,
@@ -20,6 +20,11 @@ export default tseslint.config(
         { selector: "CallExpression[callee.name='eval']", message: 'No eval.' },
       ],
     },
+  },
+  {
+    // TypeScript checks identifiers itself.
+    files: ['**/*.ts'],
+    rules: { 'no-undef': 'off' },
   },
   {
     files: ['**/*.js', '**/*.cjs'],
