@@ -20,8 +20,10 @@ export interface ExecuteRequest {
   fingerprint?: string;
 }
 
-export type ExecuteOutcome<T> =
-  { kind: 'executed'; value: T } | { kind: 'replayed'; value: T; completedAt: Date };
+/** `P` is what the store holds: by default the action's value itself. */
+export type ExecuteOutcome<T, P = T> =
+  | { kind: 'executed'; value: T }
+  | { kind: 'replayed'; value: P; completedAt: Date };
 
 export interface CompletionRetryOptions {
   /** Attempts in all, the first included. */
@@ -72,10 +74,16 @@ export class IdempotencyEngine {
     return () => this.listeners.delete(listener);
   }
 
-  async execute<T>(
+  /**
+   * Runs `action` once per (scope, key). `toPayload` turns its value into what is
+   * stored and replayed (the value itself by default); the executing caller
+   * always gets the value as the action returned it.
+   */
+  async execute<T, P = T>(
     request: ExecuteRequest,
     action: (signal: AbortSignal) => Promise<T>,
-  ): Promise<ExecuteOutcome<T>> {
+    toPayload: (value: T) => P = (value) => value as unknown as P,
+  ): Promise<ExecuteOutcome<T, P>> {
     assertValidScope(request.scope);
     assertValidKey(request.scope, request.key, this.maxKeyLength);
     const leaseMs = parseDuration(request.lease, 'lease', { allowZero: false }, request.scope);
@@ -100,7 +108,7 @@ export class IdempotencyEngine {
       case 'duplicate':
         return {
           kind: 'replayed',
-          value: acquired.payload as T,
+          value: acquired.payload as P,
           completedAt: acquired.completedAt,
         };
       case 'in-flight':
@@ -110,7 +118,7 @@ export class IdempotencyEngine {
       case 'acquired':
         return {
           kind: 'executed',
-          value: await this.run(id, digest, acquired.leaseId, leaseMs, ttlMs, action),
+          value: await this.run(id, digest, acquired.leaseId, leaseMs, ttlMs, action, toPayload),
         };
       default:
         return assertNever(acquired);
@@ -124,6 +132,7 @@ export class IdempotencyEngine {
     leaseMs: number,
     ttlMs: number,
     action: (signal: AbortSignal) => Promise<T>,
+    toPayload: (value: T) => unknown,
   ): Promise<T> {
     const heartbeat = this.startHeartbeat(id, digest, leaseId, leaseMs);
     try {
@@ -135,7 +144,15 @@ export class IdempotencyEngine {
         await this.releaseQuietly(id, digest, leaseId);
         throw error;
       }
-      await this.completeWithRetry(id, digest, leaseId, value, ttlMs);
+      heartbeat.settled();
+      let payload: unknown;
+      try {
+        payload = toPayload(value);
+      } catch (error) {
+        await this.releaseQuietly(id, digest, leaseId);
+        throw error;
+      }
+      await this.completeWithRetry(id, digest, leaseId, payload, ttlMs);
       return value;
     } finally {
       heartbeat.stop();
@@ -145,12 +162,16 @@ export class IdempotencyEngine {
   private startHeartbeat(id: RecordId, digest: string, leaseId: string, leaseMs: number) {
     const controller = new AbortController();
     let stopped = false;
+    let settled = false;
     const beat = async () => {
       try {
         const kept = await this.store.extend(id, leaseId, leaseMs);
         if (!kept && !stopped) {
           stopped = true;
           clearInterval(timer);
+          // Once the action has settled, a refusal may be our own completion
+          // landing first; completion reports a lease that is really lost.
+          if (settled) return;
           this.logger.warn(`lease on ${digest} was lost while the action ran; aborting its signal`);
           this.emit({
             type: 'lease-lost',
@@ -169,6 +190,10 @@ export class IdempotencyEngine {
     timer.unref();
     return {
       signal: controller.signal,
+      /** The action has finished: keep the lease while completing, but report nothing. */
+      settled: () => {
+        settled = true;
+      },
       stop: () => {
         stopped = true;
         clearInterval(timer);

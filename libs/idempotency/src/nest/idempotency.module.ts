@@ -1,0 +1,53 @@
+import { Inject, Logger, Module } from '@nestjs/common';
+import { APP_FILTER, APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
+import { IdempotencyEngine } from '../core/engine';
+import { IdempotencyConfigError } from '../core/errors';
+import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
+import { IdempotencyStore } from '../core/store';
+import { IdempotencyExplorer } from './idempotency.explorer';
+import { IdempotencyInterceptor } from './idempotency.interceptor';
+import { ConfigurableIdempotencyModule, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
+import { IdempotencyModuleOptions } from './idempotency.options';
+import { IdempotencyProblemFilter } from './http/problem';
+
+/**
+ * `IdempotencyModule.forRoot({ store, ... })` or `forRootAsync({ useFactory, inject })`.
+ * Registers the interceptor and the problem+json filter globally; handlers opt in with `@Idempotent()`.
+ */
+@Module({
+  imports: [DiscoveryModule],
+  providers: [
+    {
+      provide: IdempotencyStore,
+      inject: [IDEMPOTENCY_MODULE_OPTIONS],
+      useFactory: (options: IdempotencyModuleOptions) => {
+        if (!options?.store || typeof options.store.tryAcquire !== 'function') {
+          throw new IdempotencyConfigError(
+            'IdempotencyModule: option "store" is required (an IdempotencyStore such as new TypeOrmIdempotencyStore(dataSource))',
+          );
+        }
+        return options.store;
+      },
+    },
+    {
+      provide: IdempotencyEngine,
+      inject: [IdempotencyStore, IDEMPOTENCY_MODULE_OPTIONS],
+      useFactory: (store: IdempotencyStore, options: IdempotencyModuleOptions) =>
+        new IdempotencyEngine(store, {
+          logger: options.logger ?? new Logger('Idempotency'),
+          maxKeyLength: options.http?.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH,
+        }),
+    },
+    IdempotencyExplorer,
+    IdempotencyInterceptor,
+    { provide: APP_INTERCEPTOR, useExisting: IdempotencyInterceptor },
+    { provide: APP_FILTER, useClass: IdempotencyProblemFilter },
+  ],
+  exports: [IdempotencyStore, IdempotencyEngine, IDEMPOTENCY_MODULE_OPTIONS],
+})
+export class IdempotencyModule extends ConfigurableIdempotencyModule {}
+
+/** Injects the configured `IdempotencyStore`. */
+export const InjectIdempotencyStore = () => Inject(IdempotencyStore);
+/** Injects the module options as given to `forRoot`/`forRootAsync`. */
+export const InjectIdempotencyOptions = () => Inject(IDEMPOTENCY_MODULE_OPTIONS);

@@ -1,0 +1,124 @@
+import { IdempotencyConfigError } from '../core/errors';
+
+/**
+ * Key expressions: a path such as `data.orderId`, `message.headers["x-id"]`,
+ * `body.items[0].sku`, or a template with `{path}` parts such as
+ * `order:{body.customerId}:{body.orderId}`. Parsed once at bootstrap; evaluated
+ * by walking own properties only (no eval, no prototype access).
+ */
+export type PathSegment = string | number;
+
+export interface CompiledKeyExpression {
+  source: string;
+  roots: string[];
+  evaluate(root: Record<string, unknown>): string | undefined | { invalid: string };
+}
+
+const IDENT = /^[A-Za-z_$][\w$-]*/;
+
+export function parsePath(text: string): PathSegment[] {
+  const segments: PathSegment[] = [];
+  let rest = text.trim();
+  const first = IDENT.exec(rest);
+  if (!first) throw new Error(`expected a root name at "${rest}"`);
+  segments.push(first[0]);
+  rest = rest.slice(first[0].length);
+  while (rest.length > 0) {
+    if (rest.startsWith('.')) {
+      const ident = IDENT.exec(rest.slice(1));
+      if (!ident) throw new Error(`expected a property name after "." at "${rest}"`);
+      segments.push(ident[0]);
+      rest = rest.slice(1 + ident[0].length);
+      continue;
+    }
+    const index = /^\[(\d+)\]/.exec(rest);
+    if (index) {
+      segments.push(Number(index[1]));
+      rest = rest.slice(index[0].length);
+      continue;
+    }
+    const quoted = /^\[(["'])((?:(?!\1)[^\\]|\\.)*)\1\]/.exec(rest);
+    if (quoted) {
+      segments.push(quoted[2].replace(/\\(.)/g, '$1'));
+      rest = rest.slice(quoted[0].length);
+      continue;
+    }
+    throw new Error(`unexpected "${rest}"`);
+  }
+  return segments;
+}
+
+/** Compiles `source`, or throws `IdempotencyConfigError` naming `where` and the problem. */
+export function compileKeyExpression(source: string, allowedRoots: readonly string[], where: string): CompiledKeyExpression {
+  const parts: (string | PathSegment[])[] = [];
+  try {
+    if (!source.includes('{') && !source.includes('}')) {
+      parts.push(parsePath(source));
+    } else {
+      const pattern = /\{([^{}]*)\}/g;
+      let last = 0;
+      for (let match = pattern.exec(source); match; match = pattern.exec(source)) {
+        if (match.index > last) parts.push(source.slice(last, match.index));
+        parts.push(parsePath(match[1]));
+        last = match.index + match[0].length;
+      }
+      if (last < source.length) parts.push(source.slice(last));
+      if (parts.some((p) => typeof p === 'string' && /[{}]/.test(p))) throw new Error('unbalanced braces');
+      if (!parts.some((p) => typeof p !== 'string')) throw new Error('a template needs at least one {path}');
+    }
+  } catch (error) {
+    throw new IdempotencyConfigError(`${where}: option "key" has an invalid expression "${source}": ${(error as Error).message}`);
+  }
+  const paths = parts.filter((p): p is PathSegment[] => typeof p !== 'string');
+  for (const path of paths) {
+    if (!allowedRoots.includes(String(path[0]))) {
+      throw new IdempotencyConfigError(
+        `${where}: option "key" uses unknown root "${path[0]}" in "${source}"; available here: ${allowedRoots.join(', ')}`,
+      );
+    }
+  }
+  const single = parts.length === 1 && typeof parts[0] !== 'string';
+  return {
+    source,
+    roots: paths.map((p) => String(p[0])),
+    evaluate(root) {
+      let out = '';
+      for (const part of parts) {
+        if (typeof part === 'string') {
+          out += part;
+          continue;
+        }
+        const value = walk(root, part);
+        if (value === undefined || value === null) return undefined;
+        if (typeof value === 'string' || typeof value === 'number' || typeof value === 'bigint') {
+          out += String(value);
+        } else if (Buffer.isBuffer(value)) {
+          out += value.toString('utf8');
+        } else {
+          return { invalid: `"${part.join('.')}" is ${Array.isArray(value) ? 'an array' : typeof value}, not a string or number` };
+        }
+      }
+      if (single && out === '') return { invalid: `"${source}" is an empty string` };
+      return out;
+    },
+  };
+}
+
+function walk(root: unknown, path: PathSegment[]): unknown {
+  let current: unknown = root;
+  for (const segment of path) {
+    if (current === null || current === undefined) return undefined;
+    if (typeof current !== 'object' && typeof current !== 'function') return undefined;
+    const key = typeof segment === 'number' ? String(segment) : segment;
+    if (!Object.prototype.hasOwnProperty.call(current, key)) {
+      // Headers objects of some transports are Maps.
+      if (current instanceof Map) {
+        current = current.get(key);
+        continue;
+      }
+      return undefined;
+    }
+    current = (current as Record<string, unknown>)[key];
+  }
+  return current;
+}
