@@ -1,0 +1,153 @@
+import { Controller, INestMicroservice } from '@nestjs/common';
+import { Ctx, EventPattern, KafkaContext, MessagePattern, Payload, ServerKafka } from '@nestjs/microservices';
+import { Test } from '@nestjs/testing';
+import { randomUUID } from 'node:crypto';
+import { EventEmitter, once } from 'node:events';
+import {
+  Idempotent,
+  IdempotencyInFlightException,
+  IdempotencyInFlightRpcException,
+  IdempotencyModule,
+  TypeOrmIdempotencyStore,
+} from 'nest-idempotency';
+import { DataSource } from 'typeorm';
+import { Gate } from '../support/gate';
+import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
+
+/**
+ * No Kafka broker can run here. These tests drive Nest's own ServerKafka
+ * message handler (the function kafkajs' eachMessage calls) with a real
+ * KafkaContext and check what the consumer loop would see: a resolved
+ * handler (offset committed) or a rejection (kafkajs retries the message).
+ */
+const runs = new Map<string, number>();
+const gates = new Map<string, { entered: Gate; release: Gate }>();
+const ran = (name: string) => runs.set(name, (runs.get(name) ?? 0) + 1);
+
+@Controller()
+class OrdersConsumer {
+  @EventPattern('orders.placed')
+  @Idempotent({ key: 'message.key', waitTimeout: 'PT0S' })
+  async placed(@Payload() data: { orderId: string }, @Ctx() context: KafkaContext) {
+    ran('placed');
+    expect(context).toBeInstanceOf(KafkaContext);
+    const gate = gates.get(data.orderId);
+    if (gate) {
+      gate.entered.open();
+      await gate.release.promise;
+    }
+  }
+
+  @MessagePattern('orders.quote')
+  @Idempotent({ key: 'message.headers["x-request-id"]', waitTimeout: 'PT0S' })
+  async quote(@Payload() data: { orderId: string }) {
+    ran('quote');
+    const gate = gates.get(data.orderId);
+    if (gate) {
+      gate.entered.open();
+      await gate.release.promise;
+    }
+    return { orderId: data.orderId, price: 42, token: randomUUID() };
+  }
+}
+
+describe('Kafka message handlers through Nest ServerKafka', () => {
+  let app: INestMicroservice;
+  let server: ServerKafka;
+  let dataSource: DataSource;
+  const schema = scratchSchema('kafka');
+  const published: { topic: string; messages: { value: unknown; headers: Record<string, unknown> }[] }[] = [];
+  const onPublish = new EventEmitter();
+  const repliesOn = async (topic: string, count: number) => {
+    const matching = () => published.filter((p) => p.topic === topic);
+    while (matching().length < count) await once(onPublish, 'published');
+    return matching().map((p) => JSON.parse(String(p.messages[0].value)));
+  };
+
+  beforeAll(async () => {
+    dataSource = await openDataSource();
+    const store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
+    server = new ServerKafka({ client: { brokers: ['127.0.0.1:1'] } });
+    // Replies of @MessagePattern go out through the producer; record them instead of sending.
+    (server as unknown as { producer: unknown }).producer = {
+      send: async (record: (typeof published)[number]) => {
+        published.push(record);
+        onPublish.emit('published');
+        return [];
+      },
+      disconnect: async () => undefined,
+    };
+    const moduleRef = await Test.createTestingModule({
+      imports: [IdempotencyModule.forRoot({ store })],
+      controllers: [OrdersConsumer],
+    }).compile();
+    app = moduleRef.createNestMicroservice({ strategy: server, logger: false });
+    await app.init();
+  });
+  afterAll(async () => {
+    await app?.close();
+    await dropSchema(dataSource, schema);
+    await dataSource.destroy();
+  });
+
+  const deliver = (topic: string, key: string, data: unknown, headers: Record<string, string> = {}) =>
+    server.handleMessage({
+      topic,
+      partition: 0,
+      heartbeat: async () => undefined,
+      pause: () => () => undefined,
+      message: {
+        key: Buffer.from(key),
+        value: Buffer.from(JSON.stringify(data)),
+        headers: Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, Buffer.from(v)])),
+        offset: '0',
+        timestamp: String(Date.now()),
+        attributes: 0,
+        size: 0,
+      },
+    } as never);
+
+  it('runs an event once per message key; a redelivery resolves without running it', async () => {
+    const orderId = randomUUID();
+    for (let i = 0; i < 3; i++) await expect(deliver('orders.placed', orderId, { orderId })).resolves.toBeUndefined();
+    expect(runs.get('placed')).toBe(1);
+  });
+
+  it('rejects a duplicate arriving mid-flight with a retriable in-flight error, then replays it', async () => {
+    const before = runs.get('placed') ?? 0;
+    const orderId = randomUUID();
+    const gate = { entered: new Gate(), release: new Gate() };
+    gates.set(orderId, gate);
+    const first = deliver('orders.placed', orderId, { orderId });
+    await gate.entered.promise;
+    const duplicate = deliver('orders.placed', orderId, { orderId });
+    await expect(duplicate).rejects.toBeInstanceOf(IdempotencyInFlightRpcException);
+    const error = await duplicate.catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(IdempotencyInFlightException);
+    expect((error as IdempotencyInFlightRpcException).retryAfterMs).toBeGreaterThan(0);
+    expect((error as IdempotencyInFlightRpcException).keyDigest).not.toContain(orderId);
+    gate.release.open();
+    await first;
+    await deliver('orders.placed', orderId, { orderId }); // kafkajs' retry
+    expect(runs.get('placed')).toBe(before + 1);
+  });
+
+  it('replies to a @MessagePattern replay with the stored value, and makes an in-flight duplicate retriable', async () => {
+    const orderId = randomUUID();
+    const requestId = randomUUID();
+    const headers = { kafka_correlationId: randomUUID(), kafka_replyTopic: 'orders.quote.reply', 'x-request-id': requestId };
+    const gate = { entered: new Gate(), release: new Gate() };
+    gates.set(orderId, gate);
+    const first = deliver('orders.quote', orderId, { orderId }, headers);
+    await gate.entered.promise;
+    await expect(deliver('orders.quote', orderId, { orderId }, headers)).rejects.toBeInstanceOf(IdempotencyInFlightRpcException);
+    gate.release.open();
+    await first;
+    await deliver('orders.quote', orderId, { orderId }, { ...headers, kafka_correlationId: randomUUID() });
+    const replies = await repliesOn('orders.quote.reply', 2);
+    expect(replies).toHaveLength(2);
+    expect(replies[1]).toEqual(replies[0]);
+    expect(replies[0]).toMatchObject({ orderId, price: 42 });
+    expect(runs.get('quote')).toBe(1);
+  });
+});
