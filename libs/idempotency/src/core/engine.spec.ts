@@ -1,0 +1,597 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import { InMemoryIdempotencyStore } from '../stores/memory/in-memory.store';
+import { ExecuteRequest, IdempotencyEngine, IdempotencyEngineOptions } from './engine';
+import {
+  IdempotencyCompletionError,
+  IdempotencyConfigError,
+  IdempotencyFingerprintMismatchException,
+  IdempotencyInFlightException,
+  IdempotencyKeyError,
+  IdempotencyLeaseLostError,
+  IdempotencyPayloadError,
+  IdempotencyStoreUnavailableError,
+} from './errors';
+import { IdempotencyEvent } from './events';
+import { keyDigest } from './key';
+import { RecordId } from './store';
+
+/** A key that must never show up in a log line, an event or an error message. */
+const KEY = 'raw-key-5b1f0c7e-secret';
+const SCOPE = 'OrdersController.create';
+const ID: RecordId = { scope: SCOPE, key: KEY };
+const DIGEST = keyDigest(SCOPE, KEY);
+
+function deferred<T = void>() {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+function aborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    else signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+}
+
+function request(overrides: Partial<ExecuteRequest> = {}): ExecuteRequest {
+  return { scope: SCOPE, key: KEY, lease: '10s', waitTimeout: 0, ttl: '1h', ...overrides };
+}
+
+/** Everything the engine said in a test; checked for the raw key after each test. */
+let said: string[] = [];
+
+function setup(store = new InMemoryIdempotencyStore(), options: IdempotencyEngineOptions = {}) {
+  const lines: string[] = [];
+  const logger = {
+    warn: (m: string) => void lines.push(`warn: ${m}`),
+    error: (m: string) => void lines.push(`error: ${m}`),
+  };
+  const engine = new IdempotencyEngine(store, { logger, ...options });
+  const events: IdempotencyEvent[] = [];
+  engine.onEvent((event) => void events.push(event));
+  afterEachHooks.push(() => said.push(...lines, ...events.map((e) => JSON.stringify(e))));
+  return { store, engine, lines, events };
+}
+
+const afterEachHooks: Array<() => void> = [];
+afterEach(() => {
+  for (const hook of afterEachHooks.splice(0)) hook();
+  const texts = said;
+  said = [];
+  for (const text of texts) expect(text).not.toContain(KEY);
+});
+
+async function rejection(promise: Promise<unknown>): Promise<Error> {
+  try {
+    await promise;
+  } catch (error) {
+    said.push((error as Error).message);
+    return error as Error;
+  }
+  throw new Error('expected a rejection');
+}
+
+/** Fails `complete` with "store unavailable" for the first `failures` calls. */
+class FlakyCompletionStore extends InMemoryIdempotencyStore {
+  completeCalls = 0;
+
+  constructor(private readonly failures: number) {
+    super();
+  }
+
+  override async complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number) {
+    this.completeCalls++;
+    if (this.completeCalls <= this.failures) {
+      throw new IdempotencyStoreUnavailableError('PostgreSQL did not answer complete within 5 ms');
+    }
+    return super.complete(id, leaseId, payload, ttlMs);
+  }
+}
+
+describe('IdempotencyEngine', () => {
+  describe('execute and replay', () => {
+    it('executes once, then replays the stored value without calling the action', async () => {
+      let clock = Date.parse('2025-06-01T12:00:00.000Z');
+      const { engine } = setup(new InMemoryIdempotencyStore({ now: () => clock }));
+      const action = jest.fn(async (_signal: AbortSignal) => ({ id: 7, tags: ['a'] }));
+
+      await expect(engine.execute(request(), action)).resolves.toEqual({
+        kind: 'executed',
+        value: { id: 7, tags: ['a'] },
+      });
+      clock += 5000;
+      const replay = await engine.execute(request(), action);
+
+      expect(replay).toEqual({
+        kind: 'replayed',
+        value: { id: 7, tags: ['a'] },
+        completedAt: new Date('2025-06-01T12:00:00.000Z'),
+      });
+      expect((replay as { completedAt: unknown }).completedAt).toBeInstanceOf(Date);
+      expect(action).toHaveBeenCalledTimes(1);
+      expect(action.mock.calls[0][0]).toBeInstanceOf(AbortSignal);
+      expect(action.mock.calls[0][0].aborted).toBe(false);
+    });
+
+    it('replays undefined and null results as such', async () => {
+      const { engine } = setup();
+      await engine.execute(request({ key: 'a' }), async () => undefined);
+      await engine.execute(request({ key: 'b' }), async () => null);
+      const never = jest.fn();
+      await expect(engine.execute(request({ key: 'a' }), never)).resolves.toMatchObject({
+        kind: 'replayed',
+        value: undefined,
+      });
+      await expect(engine.execute(request({ key: 'b' }), never)).resolves.toMatchObject({
+        kind: 'replayed',
+        value: null,
+      });
+      expect(never).not.toHaveBeenCalled();
+    });
+
+    it('lets a waiting duplicate replay the holder value once the holder completes', async () => {
+      const { engine } = setup();
+      const started = deferred();
+      const finish = deferred<string>();
+      const first = engine.execute(request(), async () => {
+        started.resolve();
+        return finish.promise;
+      });
+      await started.promise;
+      const duplicateAction = jest.fn();
+      const second = engine.execute(request({ waitTimeout: '10s' }), duplicateAction);
+      finish.resolve('value');
+
+      await expect(first).resolves.toEqual({ kind: 'executed', value: 'value' });
+      await expect(second).resolves.toMatchObject({ kind: 'replayed', value: 'value' });
+      expect(duplicateAction).not.toHaveBeenCalled();
+    });
+  });
+
+  describe('when the action throws', () => {
+    it('releases the record, rethrows the very same error, and the next call executes', async () => {
+      const { engine, store, events } = setup();
+      const failure = new TypeError('payment gateway said no');
+
+      const error = await rejection(
+        engine.execute(request(), async () => {
+          throw failure;
+        }),
+      );
+
+      expect(error).toBe(failure);
+      await expect(store.find(ID)).resolves.toBeNull();
+      await expect(engine.execute(request(), async () => 'second try')).resolves.toEqual({
+        kind: 'executed',
+        value: 'second try',
+      });
+      expect(events).toEqual([]);
+    });
+
+    it('rethrows a non-Error throw value untouched', async () => {
+      const { engine, store } = setup();
+      const thrown = { code: 'E_CUSTOM' };
+      await expect(
+        engine.execute(request(), async () => {
+          throw thrown;
+        }),
+      ).rejects.toBe(thrown);
+      await expect(store.find(ID)).resolves.toBeNull();
+    });
+
+    it('still rethrows the action error when the release fails, and says so', async () => {
+      class FailingRelease extends InMemoryIdempotencyStore {
+        override async release(): Promise<void> {
+          throw new IdempotencyStoreUnavailableError('PostgreSQL is unavailable during release');
+        }
+      }
+      const { engine, store, events, lines } = setup(new FailingRelease());
+      const failure = new Error('boom');
+      await expect(
+        engine.execute(request(), async () => {
+          throw failure;
+        }),
+      ).rejects.toBe(failure);
+      expect(events).toEqual([
+        {
+          type: 'release-failed',
+          scope: SCOPE,
+          keyDigest: DIGEST,
+          error: expect.stringContaining('IdempotencyStoreUnavailableError'),
+        },
+      ]);
+      expect(lines).toEqual([expect.stringContaining(`release of ${DIGEST} failed`)]);
+      await expect(store.find(ID)).resolves.toMatchObject({ state: 'IN_PROGRESS' });
+    });
+  });
+
+  describe('heartbeat', () => {
+    it('keeps the key through an action running 3.5 times its lease', async () => {
+      const store = new InMemoryIdempotencyStore();
+      const extend = jest.spyOn(store, 'extend');
+      const { engine, events } = setup(store);
+      const started = deferred();
+      const finish = deferred();
+      const first = engine.execute(request({ lease: 100 }), async () => {
+        started.resolve();
+        await finish.promise;
+        return 'done';
+      });
+      await started.promise;
+      await delay(350); // the lease would have run out three times over without a heartbeat
+
+      const duplicateAction = jest.fn();
+      const error = await rejection(engine.execute(request({ lease: 100 }), duplicateAction));
+
+      expect(error).toBeInstanceOf(IdempotencyInFlightException);
+      const inFlight = error as IdempotencyInFlightException;
+      expect(inFlight.scope).toBe(SCOPE);
+      expect(inFlight.keyDigest).toBe(DIGEST);
+      expect(inFlight.retryAfterMs).toBeGreaterThan(0);
+      expect(inFlight.retryAfterMs).toBeLessThanOrEqual(100);
+      expect(inFlight.message).toBe(
+        `Idempotency key ${DIGEST} is still in flight; retry after ${inFlight.retryAfterMs} ms`,
+      );
+      expect(duplicateAction).not.toHaveBeenCalled();
+      expect(extend).toHaveBeenCalled();
+
+      finish.resolve();
+      await expect(first).resolves.toEqual({ kind: 'executed', value: 'done' });
+      expect(events).toEqual([]);
+    });
+
+    it('aborts the signal, emits lease-lost and warns when the lease is stolen; the new owner result stands', async () => {
+      let clock = Date.parse('2025-06-01T12:00:00.000Z');
+      const store = new InMemoryIdempotencyStore({ now: () => clock });
+      const { engine, events, lines } = setup(store);
+      const started = deferred<AbortSignal>();
+      let newOwnerLease = '';
+
+      const stale = engine.execute(request({ lease: 100 }), async (signal) => {
+        started.resolve(signal);
+        await aborted(signal);
+        // The new owner finishes while the stale action is still winding down.
+        await store.complete(ID, newOwnerLease, 'from the new owner', 60_000);
+        return 'from the stale owner';
+      });
+      const signal = await started.promise;
+
+      clock += 1000; // past the 100 ms lease on the store's clock
+      const stolen = await store.tryAcquire({
+        ...ID,
+        leaseMs: 10_000,
+        waitTimeoutMs: 0,
+        ttlMs: 60_000,
+      });
+      expect(stolen.kind).toBe('acquired');
+      newOwnerLease = (stolen as { leaseId: string }).leaseId;
+
+      await expect(stale).resolves.toEqual({ kind: 'executed', value: 'from the stale owner' });
+      expect(signal.aborted).toBe(true);
+      expect(signal.reason).toBeInstanceOf(IdempotencyLeaseLostError);
+      expect(events).toEqual([
+        { type: 'lease-lost', scope: SCOPE, keyDigest: DIGEST, during: 'heartbeat' },
+        { type: 'lease-lost', scope: SCOPE, keyDigest: DIGEST, during: 'complete' },
+      ]);
+      expect(lines[0]).toBe(
+        `warn: lease on ${DIGEST} was lost while the action ran; aborting its signal`,
+      );
+      await expect(store.find(ID)).resolves.toMatchObject({
+        state: 'COMPLETE',
+        payload: 'from the new owner',
+      });
+      await expect(engine.execute(request(), jest.fn())).resolves.toMatchObject({
+        kind: 'replayed',
+        value: 'from the new owner',
+      });
+    });
+
+    it('reports no lost lease when a heartbeat is refused because its own completion just landed', async () => {
+      // The completion is committed but its answer is still on the wire when the
+      // next heartbeat is refused (the record is COMPLETE): that is not a lost lease.
+      class SlowAnswerStore extends InMemoryIdempotencyStore {
+        private committed = false;
+        private readonly answer = deferred();
+
+        override async complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number) {
+          await super.complete(id, leaseId, payload, ttlMs);
+          this.committed = true;
+          await this.answer.promise;
+        }
+
+        override async extend(id: RecordId, leaseId: string, leaseMs: number) {
+          const kept = await super.extend(id, leaseId, leaseMs);
+          if (this.committed) setImmediate(() => this.answer.resolve());
+          return kept;
+        }
+      }
+      const store = new SlowAnswerStore();
+      const { engine, events, lines } = setup(store);
+      let signal: AbortSignal | undefined;
+
+      const outcome = await engine.execute(request({ lease: 40 }), async (s) => {
+        signal = s;
+        return 'v';
+      });
+
+      expect(outcome).toEqual({ kind: 'executed', value: 'v' });
+      expect(events).toEqual([]);
+      expect(lines).toEqual([]);
+      expect(signal?.aborted).toBe(false);
+      await expect(store.find(ID)).resolves.toMatchObject({ state: 'COMPLETE', payload: 'v' });
+    });
+
+    describe('timer', () => {
+      afterEach(() => jest.useRealTimers());
+
+      it.each([['resolves'], ['throws']])(
+        'is cleared when the action %s: no extend afterwards',
+        async (how) => {
+          jest.useFakeTimers();
+          const store = new InMemoryIdempotencyStore();
+          const extend = jest.spyOn(store, 'extend');
+          const { engine } = setup(store);
+
+          const outcome = engine
+            .execute(request({ lease: 1000 }), async () => {
+              await jest.advanceTimersByTimeAsync(1600); // three beats, every 500 ms
+              if (how === 'throws') throw new Error('boom');
+              return 'v';
+            })
+            .catch((error: Error) => error.message);
+          await expect(outcome).resolves.toEqual(
+            how === 'throws' ? 'boom' : { kind: 'executed', value: 'v' },
+          );
+
+          expect(extend).toHaveBeenCalledTimes(3);
+          expect(jest.getTimerCount()).toBe(0);
+          await jest.advanceTimersByTimeAsync(10_000);
+          expect(extend).toHaveBeenCalledTimes(3);
+        },
+      );
+    });
+  });
+
+  describe('completion', () => {
+    it('retries a completion the store could not take, with backoff, until it succeeds', async () => {
+      const store = new FlakyCompletionStore(3);
+      const { engine, events, lines } = setup(store, {
+        completionRetry: { attempts: 5, initialDelayMs: 5, maxDelayMs: 15 },
+      });
+
+      await expect(engine.execute(request(), async () => 'paid')).resolves.toEqual({
+        kind: 'executed',
+        value: 'paid',
+      });
+
+      expect(store.completeCalls).toBe(4);
+      expect(events).toEqual(
+        [1, 2, 3].map((attempt) => ({
+          type: 'completion-retry',
+          scope: SCOPE,
+          keyDigest: DIGEST,
+          attempt,
+          error: 'IdempotencyStoreUnavailableError: PostgreSQL did not answer complete within 5 ms',
+        })),
+      );
+      expect(lines.map((l) => /retrying in (\d+) ms/.exec(l)?.[1])).toEqual(['5', '10', '15']);
+      await expect(engine.execute(request(), jest.fn())).resolves.toMatchObject({
+        kind: 'replayed',
+        value: 'paid',
+      });
+    });
+
+    it('gives up after the configured attempts with IdempotencyCompletionError and leaves the record IN_PROGRESS', async () => {
+      const store = new FlakyCompletionStore(Infinity);
+      const release = jest.spyOn(store, 'release');
+      const { engine } = setup(store, {
+        completionRetry: { attempts: 3, initialDelayMs: 1, maxDelayMs: 2 },
+      });
+
+      const error = await rejection(engine.execute(request(), async () => 'paid'));
+
+      expect(error).toBeInstanceOf(IdempotencyCompletionError);
+      const completion = error as IdempotencyCompletionError;
+      expect(completion.scope).toBe(SCOPE);
+      expect(completion.keyDigest).toBe(DIGEST);
+      expect(completion.cause).toBeInstanceOf(IdempotencyStoreUnavailableError);
+      expect(completion.message).toContain(`${DIGEST} ran but its result could not be stored`);
+      expect(completion.message).toContain('after 3 attempts');
+      expect(store.completeCalls).toBe(3);
+      expect(release).not.toHaveBeenCalled();
+      await expect(store.find(ID)).resolves.toMatchObject({
+        state: 'IN_PROGRESS',
+        leaseExpired: false,
+      });
+    });
+
+    const circular: Record<string, unknown> = { id: 1 };
+    circular.self = circular;
+    it.each([
+      ['a circular structure', circular],
+      ['a BigInt', { amount: BigInt(10) }],
+    ])('refuses %s with IdempotencyPayloadError and releases the record', async (_label, value) => {
+      const { engine, store } = setup();
+
+      const error = await rejection(engine.execute(request(), async () => value));
+
+      expect(error).toBeInstanceOf(IdempotencyPayloadError);
+      expect(error.message).toContain(DIGEST);
+      expect(error.message).toContain('the record was released');
+      expect(error.cause).toBeInstanceOf(IdempotencyPayloadError);
+      await expect(store.find(ID)).resolves.toBeNull();
+      await expect(engine.execute(request(), async () => 'ok')).resolves.toEqual({
+        kind: 'executed',
+        value: 'ok',
+      });
+    });
+  });
+
+  describe('refusals', () => {
+    it('throws IdempotencyFingerprintMismatchException for a key reused with another request', async () => {
+      const { engine } = setup();
+      const started = deferred();
+      const finish = deferred();
+      const first = engine.execute(request({ fingerprint: 'sha256:aaa' }), async () => {
+        started.resolve();
+        await finish.promise;
+        return 1;
+      });
+      await started.promise;
+      const other = jest.fn();
+
+      const whileRunning = await rejection(
+        engine.execute(request({ fingerprint: 'sha256:bbb', waitTimeout: '5s' }), other),
+      );
+      finish.resolve();
+      await first;
+      const afterwards = await rejection(
+        engine.execute(request({ fingerprint: 'sha256:bbb' }), other),
+      );
+
+      for (const error of [whileRunning, afterwards]) {
+        expect(error).toBeInstanceOf(IdempotencyFingerprintMismatchException);
+        expect(error).toMatchObject({ scope: SCOPE, keyDigest: DIGEST });
+        expect(error.message).toBe(
+          `Idempotency key ${DIGEST} was first used with a different request`,
+        );
+      }
+      expect(other).not.toHaveBeenCalled();
+      await expect(
+        engine.execute(request({ fingerprint: 'sha256:aaa' }), other),
+      ).resolves.toMatchObject({ kind: 'replayed', value: 1 });
+    });
+
+    it.each([
+      [{ lease: -1 }, 'lease', '-1'],
+      [{ lease: 0 }, 'lease', '0'],
+      [{ lease: 'abc' }, 'lease', '"abc"'],
+      [{ ttl: 'P1Y' }, 'ttl', '"P1Y"'],
+      [{ waitTimeout: -5 }, 'waitTimeout', '-5'],
+      [{ waitTimeout: '10 minutes' }, 'waitTimeout', '"10 minutes"'],
+    ] as Array<[Partial<ExecuteRequest>, string, string]>)(
+      'refuses %p with IdempotencyConfigError naming the option and value, before touching the store',
+      async (overrides, option, shown) => {
+        const store = new InMemoryIdempotencyStore();
+        const tryAcquire = jest.spyOn(store, 'tryAcquire');
+        const { engine } = setup(store);
+        const action = jest.fn();
+
+        const error = await rejection(engine.execute(request(overrides), action));
+
+        expect(error).toBeInstanceOf(IdempotencyConfigError);
+        expect(error.message).toContain(`${SCOPE}: option "${option}"`);
+        expect(error.message).toContain(shown);
+        expect(tryAcquire).not.toHaveBeenCalled();
+        expect(action).not.toHaveBeenCalled();
+      },
+    );
+
+    it('accepts PT0S as waitTimeout and ISO or shorthand for lease and ttl', async () => {
+      const { engine, store } = setup();
+      await engine.execute(
+        request({ waitTimeout: 'PT0S', lease: 'PT30S', ttl: 'P1D' }),
+        async () => 1,
+      );
+      const view = await store.find(ID);
+      expect(view!.expiresAt.getTime() - view!.completedAt!.getTime()).toBe(86_400_000);
+    });
+
+    it.each([
+      ['empty', ''],
+      ['256 characters long', `${KEY}${'k'.repeat(256 - KEY.length)}`],
+      ['not a string', 12345 as unknown as string],
+      ['holding a control character', `${KEY}\n`],
+    ])(
+      'refuses a key %s with IdempotencyKeyError, never echoing it, before touching the store',
+      async (_label, key) => {
+        const store = new InMemoryIdempotencyStore();
+        const tryAcquire = jest.spyOn(store, 'tryAcquire');
+        const { engine } = setup(store);
+        const action = jest.fn();
+
+        const error = await rejection(engine.execute(request({ key }), action));
+
+        expect(error).toBeInstanceOf(IdempotencyKeyError);
+        expect(error.message).not.toContain(KEY);
+        expect(error.message).not.toContain('12345');
+        expect(tryAcquire).not.toHaveBeenCalled();
+        expect(action).not.toHaveBeenCalled();
+      },
+    );
+
+    it('honours a configured maxKeyLength', async () => {
+      const longKey = `${KEY}${'k'.repeat(300 - KEY.length)}`;
+      const { engine: strict } = setup();
+      await expect(strict.execute(request({ key: longKey }), async () => 1)).rejects.toThrow(
+        IdempotencyKeyError,
+      );
+      const { engine: roomy } = setup(undefined, { maxKeyLength: 300 });
+      await expect(roomy.execute(request({ key: longKey }), async () => 1)).resolves.toEqual({
+        kind: 'executed',
+        value: 1,
+      });
+      const { engine: tight } = setup(undefined, { maxKeyLength: 8 });
+      const error = await rejection(tight.execute(request({ key: 'nine-char' }), async () => 1));
+      expect(error).toBeInstanceOf(IdempotencyKeyError);
+      expect(error.message).toContain('the maximum is 8');
+      expect(error.message).not.toContain('nine-char');
+    });
+  });
+
+  describe('events', () => {
+    it('survives a listener that throws, logs it, and stops calling an unsubscribed listener', async () => {
+      const { engine, lines } = setup(new FlakyCompletionStore(1), {
+        completionRetry: { initialDelayMs: 1 },
+      });
+      const seen: string[] = [];
+      engine.onEvent(() => {
+        throw new Error('listener bug');
+      });
+      const unsubscribe = engine.onEvent((e) => void seen.push(e.type));
+
+      await expect(engine.execute(request({ key: 'a' }), async () => 1)).resolves.toMatchObject({
+        kind: 'executed',
+      });
+      unsubscribe();
+      (engine.store as FlakyCompletionStore).completeCalls = 0;
+      await engine.execute(request({ key: 'b' }), async () => 2);
+
+      expect(seen).toEqual(['completion-retry']);
+      expect(lines).toContain('error: idempotency event listener threw: Error: listener bug');
+    });
+  });
+});
+
+describe('IdempotencyInFlightException', () => {
+  it('is what instanceof matches for the engine error and for any branded object', () => {
+    class RpcInFlightError extends Error {
+      constructor() {
+        super('still in flight');
+        IdempotencyInFlightException.brand(this);
+      }
+    }
+    const branded = new RpcInFlightError();
+
+    expect(new IdempotencyInFlightException(10, 's', 's/#0')).toBeInstanceOf(
+      IdempotencyInFlightException,
+    );
+    expect(branded).toBeInstanceOf(IdempotencyInFlightException);
+    expect(branded).toBeInstanceOf(RpcInFlightError);
+    expect(IdempotencyInFlightException.brand({ plain: true })).toBeInstanceOf(
+      IdempotencyInFlightException,
+    );
+    expect(Object.keys(branded)).toEqual([]);
+    for (const other of [new Error('x'), {}, null, undefined, 'in flight', 42]) {
+      expect(other instanceof IdempotencyInFlightException).toBe(false);
+    }
+  });
+
+  it('keeps ordinary instanceof for its subclasses', () => {
+    class Sub extends IdempotencyInFlightException {}
+    expect(new Sub(1, 's', 's/#0')).toBeInstanceOf(Sub);
+    expect(new IdempotencyInFlightException(1, 's', 's/#0') instanceof Sub).toBe(false);
+    expect(IdempotencyInFlightException.brand(new Error('x')) instanceof Sub).toBe(false);
+  });
+});
