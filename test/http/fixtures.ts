@@ -1,4 +1,14 @@
-import { BadRequestException, Body, Controller, Header, HttpCode, Param, Post, Put, Res } from '@nestjs/common';
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  Header,
+  HttpCode,
+  Param,
+  Post,
+  Put,
+  Res,
+} from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { Idempotent } from 'nest-idempotency';
 import { Gate } from '../support/gate';
@@ -46,7 +56,13 @@ export class PaymentsController {
   @Post('accepted')
   @Idempotent()
   @Header('Location', '/payments/queued')
-  accepted(@Res({ passthrough: true }) res: { status?: (code: number) => unknown; code?: (code: number) => unknown }) {
+  accepted(
+    @Res({ passthrough: true })
+    res: {
+      status?: (code: number) => unknown;
+      code?: (code: number) => unknown;
+    },
+  ) {
     probe.ran('accepted');
     (res.status ?? res.code)!.call(res, 202);
     return { queued: randomUUID() };

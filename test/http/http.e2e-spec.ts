@@ -113,10 +113,16 @@ describe.each(ADAPTERS)('HTTP over %s', (adapter) => {
   it('answers 422 when the key is reused with a different body; key order alone does not count', async () => {
     const k = key();
     await send(url, 'POST', '/payments', { key: k, body: { amount: 10, currency: 'EUR' } });
-    const reordered = await send(url, 'POST', '/payments', { key: k, rawBody: '{"currency":"EUR","amount":10}' });
+    const reordered = await send(url, 'POST', '/payments', {
+      key: k,
+      rawBody: '{"currency":"EUR","amount":10}',
+    });
     expect(reordered.status).toBe(201);
     expect(reordered.headers.get('idempotent-replayed')).toBe('true');
-    const changed = await send(url, 'POST', '/payments', { key: k, body: { amount: 11, currency: 'EUR' } });
+    const changed = await send(url, 'POST', '/payments', {
+      key: k,
+      body: { amount: 11, currency: 'EUR' },
+    });
     expect(changed.status).toBe(422);
     expect(changed.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(changed.json()).toMatchObject({ code: 'idempotency-key-reused' });
@@ -162,7 +168,9 @@ describe.each(ADAPTERS)('HTTP over %s', (adapter) => {
     expect(b.json()).toEqual(a.json());
     expect(c.json()).not.toEqual(a.json());
     expect(probe.count('put')).toBe(2);
-    await expect(store.find({ scope: 'OrdersController.put', key: 'order:c1:42' })).resolves.toMatchObject({ state: 'COMPLETE' });
+    await expect(
+      store.find({ scope: 'OrdersController.put', key: 'order:c1:42' }),
+    ).resolves.toMatchObject({ state: 'COMPLETE' });
   });
 
   it('answers 400 when the expression yields nothing', async () => {
@@ -200,7 +208,13 @@ describe.each(ADAPTERS)('HTTP over %s', (adapter) => {
       ['256 characters', 'k'.repeat(256)],
       ['a malformed structured-field string', '"unterminated'],
     ])('400 when the key is %s', async (_label, value) => {
-      const reply = await sendRaw(url, 'POST', '/payments', ['Idempotency-Key', value], '{"amount":1}');
+      const reply = await sendRaw(
+        url,
+        'POST',
+        '/payments',
+        ['Idempotency-Key', value],
+        '{"amount":1}',
+      );
       expect(reply.status).toBe(400);
       expect(reply.headers.get('content-type')).toMatch(/^application\/problem\+json/);
       expect(reply.json()).toMatchObject({ code: expect.stringMatching(/^idempotency-key-/) });
@@ -209,20 +223,35 @@ describe.each(ADAPTERS)('HTTP over %s', (adapter) => {
     });
 
     it('400 when the key contains a control character', async () => {
-      const reply = await sendRaw(url, 'POST', '/payments', ['Idempotency-Key', 'a\tb'], '{"amount":1}');
+      const reply = await sendRaw(
+        url,
+        'POST',
+        '/payments',
+        ['Idempotency-Key', 'a\tb'],
+        '{"amount":1}',
+      );
       expect(reply.status).toBe(400);
       expect(probe.count('create')).toBe(0);
     });
 
     it('400 when the header is sent twice', async () => {
-      const reply = await sendRaw(url, 'POST', '/payments', ['Idempotency-Key', 'one', 'Idempotency-Key', 'two'], '{"amount":1}');
+      const reply = await sendRaw(
+        url,
+        'POST',
+        '/payments',
+        ['Idempotency-Key', 'one', 'Idempotency-Key', 'two'],
+        '{"amount":1}',
+      );
       expect(reply.status).toBe(400);
       expect(reply.json()).toMatchObject({ code: 'idempotency-key-invalid' });
       expect(probe.count('create')).toBe(0);
     });
 
     it('accepts a 255-character key', async () => {
-      const reply = await send(url, 'POST', '/payments', { key: 'k'.repeat(255) + '', body: { amount: 1 } });
+      const reply = await send(url, 'POST', '/payments', {
+        key: 'k'.repeat(255) + '',
+        body: { amount: 1 },
+      });
       expect(reply.status).toBe(201);
     });
   });
@@ -232,6 +261,8 @@ describe.each(ADAPTERS)('HTTP over %s', (adapter) => {
     const reply = await send(url, 'POST', '/payments/unstorable', { key: k });
     expect(reply.status).toBe(500);
     expect(reply.json()).toMatchObject({ code: 'idempotency-result-not-storable' });
-    await expect(store.find({ scope: 'PaymentsController.unstorable', key: k })).resolves.toBeNull();
+    await expect(
+      store.find({ scope: 'PaymentsController.unstorable', key: k }),
+    ).resolves.toBeNull();
   });
 });

@@ -1,5 +1,12 @@
 import { Controller, INestMicroservice } from '@nestjs/common';
-import { Ctx, EventPattern, KafkaContext, MessagePattern, Payload, ServerKafka } from '@nestjs/microservices';
+import {
+  Ctx,
+  EventPattern,
+  KafkaContext,
+  MessagePattern,
+  Payload,
+  ServerKafka,
+} from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
@@ -56,7 +63,10 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
   let server: ServerKafka;
   let dataSource: DataSource;
   const schema = scratchSchema('kafka');
-  const published: { topic: string; messages: { value: unknown; headers: Record<string, unknown> }[] }[] = [];
+  const published: {
+    topic: string;
+    messages: { value: unknown; headers: Record<string, unknown> }[];
+  }[] = [];
   const onPublish = new EventEmitter();
   const repliesOn = async (topic: string, count: number) => {
     const matching = () => published.filter((p) => p.topic === topic);
@@ -90,7 +100,12 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     await dataSource.destroy();
   });
 
-  const deliver = (topic: string, key: string, data: unknown, headers: Record<string, string> = {}) =>
+  const deliver = (
+    topic: string,
+    key: string,
+    data: unknown,
+    headers: Record<string, string> = {},
+  ) =>
     server.handleMessage({
       topic,
       partition: 0,
@@ -109,7 +124,8 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
 
   it('runs an event once per message key; a redelivery resolves without running it', async () => {
     const orderId = randomUUID();
-    for (let i = 0; i < 3; i++) await expect(deliver('orders.placed', orderId, { orderId })).resolves.toBeUndefined();
+    for (let i = 0; i < 3; i++)
+      await expect(deliver('orders.placed', orderId, { orderId })).resolves.toBeUndefined();
     expect(runs.get('placed')).toBe(1);
   });
 
@@ -135,15 +151,26 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
   it('replies to a @MessagePattern replay with the stored value, and makes an in-flight duplicate retriable', async () => {
     const orderId = randomUUID();
     const requestId = randomUUID();
-    const headers = { kafka_correlationId: randomUUID(), kafka_replyTopic: 'orders.quote.reply', 'x-request-id': requestId };
+    const headers = {
+      kafka_correlationId: randomUUID(),
+      kafka_replyTopic: 'orders.quote.reply',
+      'x-request-id': requestId,
+    };
     const gate = { entered: new Gate(), release: new Gate() };
     gates.set(orderId, gate);
     const first = deliver('orders.quote', orderId, { orderId }, headers);
     await gate.entered.promise;
-    await expect(deliver('orders.quote', orderId, { orderId }, headers)).rejects.toBeInstanceOf(IdempotencyInFlightRpcException);
+    await expect(deliver('orders.quote', orderId, { orderId }, headers)).rejects.toBeInstanceOf(
+      IdempotencyInFlightRpcException,
+    );
     gate.release.open();
     await first;
-    await deliver('orders.quote', orderId, { orderId }, { ...headers, kafka_correlationId: randomUUID() });
+    await deliver(
+      'orders.quote',
+      orderId,
+      { orderId },
+      { ...headers, kafka_correlationId: randomUUID() },
+    );
     const replies = await repliesOn('orders.quote.reply', 2);
     expect(replies).toHaveLength(2);
     expect(replies[1]).toEqual(replies[0]);

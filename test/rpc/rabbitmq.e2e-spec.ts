@@ -1,17 +1,31 @@
 import { Controller, INestMicroservice } from '@nestjs/common';
-import { Ctx, EventPattern, MessagePattern, Payload, RmqContext, Transport } from '@nestjs/microservices';
+import {
+  Ctx,
+  EventPattern,
+  MessagePattern,
+  Payload,
+  RmqContext,
+  Transport,
+} from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import * as amqp from 'amqplib';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
-import { AcquireRequest, AcquireResult, Idempotent, IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import {
+  AcquireRequest,
+  AcquireResult,
+  Idempotent,
+  IdempotencyModule,
+  TypeOrmIdempotencyStore,
+} from 'nest-idempotency';
 import { DataSource } from 'typeorm';
 import { Gate } from '../support/gate';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
 const AMQP_URL = process.env.IDEMPOTENCY_TEST_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 // globalSetup probes the broker; CI makes an unreachable one fatal there.
-const describeWithBroker = process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available' ? describe : describe.skip;
+const describeWithBroker =
+  process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available' ? describe : describe.skip;
 
 const runs = new Map<string, number>();
 const gates = new Map<string, { entered: Gate; release: Gate }>();
@@ -60,12 +74,20 @@ describeWithBroker('RabbitMQ message handlers against the real broker', () => {
 
   const start = async () => {
     const moduleRef = await Test.createTestingModule({
-      imports: [IdempotencyModule.forRoot({ store, rmq: { nackOnInFlight: true, ackOnReplay: true } })],
+      imports: [
+        IdempotencyModule.forRoot({ store, rmq: { nackOnInFlight: true, ackOnReplay: true } }),
+      ],
       controllers: [PaymentsConsumer],
     }).compile();
     app = moduleRef.createNestMicroservice({
       transport: Transport.RMQ,
-      options: { urls: [AMQP_URL], queue, noAck: false, prefetchCount: 10, queueOptions: { durable: false } },
+      options: {
+        urls: [AMQP_URL],
+        queue,
+        noAck: false,
+        prefetchCount: 10,
+        queueOptions: { durable: false },
+      },
       logger: false,
     });
     await app.listen();
@@ -148,10 +170,16 @@ describeWithBroker('RabbitMQ message handlers against the real broker', () => {
     );
     for (let i = 0; i < 2; i++) {
       const reply = once(arrived, 'reply');
-      channel.sendToQueue(queue, Buffer.from(JSON.stringify({ pattern: 'payment.quote', data: { quoteId }, id: randomUUID() })), {
-        replyTo: replies.queue,
-        correlationId: randomUUID(),
-      });
+      channel.sendToQueue(
+        queue,
+        Buffer.from(
+          JSON.stringify({ pattern: 'payment.quote', data: { quoteId }, id: randomUUID() }),
+        ),
+        {
+          replyTo: replies.queue,
+          correlationId: randomUUID(),
+        },
+      );
       await reply;
     }
     const [a, b] = received as { response: unknown; err?: unknown }[];

@@ -28,7 +28,9 @@ async function probeRabbitMq() {
     process.env.IDEMPOTENCY_TEST_RABBITMQ = 'available';
   } catch (error) {
     if (process.env.IDEMPOTENCY_TEST_REQUIRE_RABBITMQ === '1') {
-      throw new Error(`RabbitMQ is required (IDEMPOTENCY_TEST_REQUIRE_RABBITMQ=1) but ${url} is unreachable: ${error.message}`);
+      throw new Error(
+        `RabbitMQ is required (IDEMPOTENCY_TEST_REQUIRE_RABBITMQ=1) but ${url} is unreachable: ${error.message}`,
+      );
     }
     process.env.IDEMPOTENCY_TEST_RABBITMQ = 'unavailable';
     console.warn(

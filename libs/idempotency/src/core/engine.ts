@@ -22,8 +22,7 @@ export interface ExecuteRequest {
 
 /** `P` is what the store holds: by default the action's value itself. */
 export type ExecuteOutcome<T, P = T> =
-  | { kind: 'executed'; value: T }
-  | { kind: 'replayed'; value: P; completedAt: Date };
+  { kind: 'executed'; value: T } | { kind: 'replayed'; value: P; completedAt: Date };
 
 export interface CompletionRetryOptions {
   /** Attempts in all, the first included. */

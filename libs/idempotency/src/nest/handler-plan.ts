@@ -53,8 +53,12 @@ export interface HandlerPlan {
 }
 
 /** Reads the method's and its class's `@Idempotent` options; undefined when neither has one. */
-export function readIdempotentOptions(target: object, handler: object): IdempotentOptions | undefined {
-  const onMethod = Reflect.getMetadata(IDEMPOTENT_METADATA, handler) as IdempotentOptions | undefined;
+export function readIdempotentOptions(
+  target: object,
+  handler: object,
+): IdempotentOptions | undefined {
+  const onMethod = Reflect.getMetadata(IDEMPOTENT_METADATA, handler) as
+    IdempotentOptions | undefined;
   const onClass = Reflect.getMetadata(IDEMPOTENT_METADATA, target) as IdempotentOptions | undefined;
   if (!onMethod && !onClass) return undefined;
   return mergeDefined(onClass ?? {}, onMethod ?? {});
@@ -62,7 +66,9 @@ export function readIdempotentOptions(target: object, handler: object): Idempote
 
 /** True when the method is a route handler or a message/event handler. */
 export function isHandler(handler: object): boolean {
-  return Reflect.hasMetadata(PATH_METADATA, handler) || Reflect.hasMetadata(PATTERN_METADATA, handler);
+  return (
+    Reflect.hasMetadata(PATH_METADATA, handler) || Reflect.hasMetadata(PATTERN_METADATA, handler)
+  );
 }
 
 /**
@@ -86,7 +92,10 @@ export function compileHandlerPlan(
   const waitTimeoutMs = parseDuration(waitTimeout, 'waitTimeout', { allowZero: true }, where);
   const ttlMs = parseDuration(ttl, 'ttl', { allowZero: false }, where);
 
-  if (options.scope !== undefined && (typeof options.scope !== 'string' || options.scope.length === 0)) {
+  if (
+    options.scope !== undefined &&
+    (typeof options.scope !== 'string' || options.scope.length === 0)
+  ) {
     throw new IdempotencyConfigError(`${where}: option "scope" must be a non-empty string`);
   }
   const plan: HandlerPlan = {
@@ -96,7 +105,8 @@ export function compileHandlerPlan(
     leaseMs,
     waitTimeoutMs,
     ttlMs,
-    required: options.required ?? (transport === 'http' ? (moduleOptions.http?.required ?? true) : true),
+    required:
+      options.required ?? (transport === 'http' ? (moduleOptions.http?.required ?? true) : true),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, transport, where),
   };
@@ -104,7 +114,9 @@ export function compileHandlerPlan(
   if (transport === 'http') {
     refuseStreamingHandler(classRef, methodName, handler, where);
     plan.route = routeOf(classRef, handler);
-    const custom = ((Reflect.getMetadata(HEADERS_METADATA, handler) ?? []) as { name: string }[]).map((h) => h.name);
+    const custom = (
+      (Reflect.getMetadata(HEADERS_METADATA, handler) ?? []) as { name: string }[]
+    ).map((h) => h.name);
     plan.replayHeaders = new Set(
       [...DEFAULT_REPLAY_HEADERS, ...(moduleOptions.http?.replayHeaders ?? []), ...custom]
         .map((h) => h.toLowerCase())
@@ -121,41 +133,69 @@ export function compileHandlerPlan(
   return plan;
 }
 
-function compileKey(key: IdempotentOptions['key'], transport: 'http' | 'rpc', where: string): KeyResolver {
+function compileKey(
+  key: IdempotentOptions['key'],
+  transport: 'http' | 'rpc',
+  where: string,
+): KeyResolver {
   if (key === undefined) return { kind: 'header' };
   if (typeof key === 'function') return { kind: 'function', fn: key };
   if (typeof key === 'string') {
-    return { kind: 'expression', expression: compileKeyExpression(key, transport === 'http' ? HTTP_ROOTS : RPC_ROOTS, where) };
+    return {
+      kind: 'expression',
+      expression: compileKeyExpression(key, transport === 'http' ? HTTP_ROOTS : RPC_ROOTS, where),
+    };
   }
-  throw new IdempotencyConfigError(`${where}: option "key" must be a string expression or a function, got ${typeof key}`);
+  throw new IdempotencyConfigError(
+    `${where}: option "key" must be a string expression or a function, got ${typeof key}`,
+  );
 }
 
-function compileFingerprint(option: IdempotentOptions['fingerprint'], transport: 'http' | 'rpc', where: string): HandlerPlan['fingerprint'] {
+function compileFingerprint(
+  option: IdempotentOptions['fingerprint'],
+  transport: 'http' | 'rpc',
+  where: string,
+): HandlerPlan['fingerprint'] {
   if (option === undefined) return transport === 'http' ? 'default' : false;
   if (option === false) return false;
   if (option === true) return 'default';
   if (typeof option === 'function') return option;
-  throw new IdempotencyConfigError(`${where}: option "fingerprint" must be true, false or a function`);
+  throw new IdempotencyConfigError(
+    `${where}: option "fingerprint" must be true, false or a function`,
+  );
 }
 
-function refuseStreamingHandler(classRef: object, methodName: string, handler: object, where: string): void {
-  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, classRef, methodName) ?? {}) as Record<string, unknown>;
+function refuseStreamingHandler(
+  classRef: object,
+  methodName: string,
+  handler: object,
+  where: string,
+): void {
+  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, classRef, methodName) ?? {}) as Record<
+    string,
+    unknown
+  >;
   const takesResponse = Object.keys(args).some((k) => {
     const type = Number(k.split(':')[0]);
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
-  const passthrough = Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, classRef, methodName) === true;
+  const passthrough =
+    Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, classRef, methodName) === true;
   if (takesResponse && !passthrough) {
     throw new IdempotencyConfigError(
       `${where}: @Idempotent cannot record a handler that writes the response itself (@Res() without passthrough); use @Res({ passthrough: true }) and return the body`,
     );
   }
   if (Reflect.getMetadata(SSE_METADATA, handler)) {
-    throw new IdempotencyConfigError(`${where}: @Idempotent cannot record a server-sent event stream (@Sse)`);
+    throw new IdempotencyConfigError(
+      `${where}: @Idempotent cannot record a server-sent event stream (@Sse)`,
+    );
   }
   const prototype = (classRef as { prototype: object }).prototype;
   if (Reflect.getMetadata('design:returntype', prototype, methodName) === StreamableFile) {
-    throw new IdempotencyConfigError(`${where}: @Idempotent cannot record a StreamableFile response; return the data instead`);
+    throw new IdempotencyConfigError(
+      `${where}: @Idempotent cannot record a StreamableFile response; return the data instead`,
+    );
   }
 }
 
@@ -163,7 +203,10 @@ function routeOf(classRef: object, handler: object): string {
   const base = ([] as string[]).concat(Reflect.getMetadata(PATH_METADATA, classRef) ?? '')[0] ?? '';
   const path = ([] as string[]).concat(Reflect.getMetadata(PATH_METADATA, handler) ?? '')[0] ?? '';
   const method = RequestMethod[Reflect.getMetadata(METHOD_METADATA, handler) as number] ?? 'GET';
-  const joined = `/${[base, path].map((p) => p.replace(/^\/+|\/+$/g, '')).filter(Boolean).join('/')}`;
+  const joined = `/${[base, path]
+    .map((p) => p.replace(/^\/+|\/+$/g, ''))
+    .filter(Boolean)
+    .join('/')}`;
   return `${method} ${joined}`;
 }
 

@@ -42,7 +42,9 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     const handler = (classRef.prototype as Record<string, object>)[methodName];
     if (this.plans.has(handler)) return this.plans.get(handler)!;
     const decorated = isHandler(handler) ? readIdempotentOptions(classRef, handler) : undefined;
-    const plan = decorated ? compileHandlerPlan(classRef, methodName, decorated, this.options) : null;
+    const plan = decorated
+      ? compileHandlerPlan(classRef, methodName, decorated, this.options)
+      : null;
     this.plans.set(handler, plan);
     return plan;
   }

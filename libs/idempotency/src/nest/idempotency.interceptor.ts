@@ -1,6 +1,13 @@
-import { CallHandler, ExecutionContext, Inject, Injectable, Logger, NestInterceptor } from '@nestjs/common';
+import {
+  CallHandler,
+  ExecutionContext,
+  Inject,
+  Injectable,
+  Logger,
+  NestInterceptor,
+} from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { from, lastValueFrom, Observable, of } from 'rxjs';
+import { from, lastValueFrom, Observable } from 'rxjs';
 import { IdempotencyEngine } from '../core/engine';
 import {
   IdempotencyCompletionError,
@@ -16,7 +23,11 @@ import { HandlerPlan } from './handler-plan';
 import { HttpKeySource, KeySource, RpcKeySource } from './idempotent.decorator';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
-import { DEFAULT_KEY_HEADER, DEFAULT_MAX_BODY_BYTES, NEVER_STORED_HEADERS } from './idempotency.options';
+import {
+  DEFAULT_KEY_HEADER,
+  DEFAULT_MAX_BODY_BYTES,
+  NEVER_STORED_HEADERS,
+} from './idempotency.options';
 import type {
   IdempotencyModuleOptions,
   StoredHttpResponse,
@@ -64,7 +75,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
   }
 
-  protected async handleHttp(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Promise<unknown> {
+  protected async handleHttp(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+  ): Promise<unknown> {
     const http = context.switchToHttp();
     const request = http.getRequest();
     const response = http.getResponse();
@@ -81,17 +96,29 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const resolved = this.resolveHttpKey(request, source, plan);
     if (resolved.kind === 'absent') {
       if (plan.required) {
-        throw problem(400, 'idempotency-key-missing', `${plan.where} requires the ${this.keyHeaderName()} header`);
+        throw problem(
+          400,
+          'idempotency-key-missing',
+          `${plan.where} requires the ${this.keyHeaderName()} header`,
+        );
       }
       return lastValueFrom(next.handle(), { defaultValue: undefined });
     }
-    this.assertKey(plan, resolved.key, (message) => problem(400, 'idempotency-key-invalid', message));
+    this.assertKey(plan, resolved.key, (message) =>
+      problem(400, 'idempotency-key-invalid', message),
+    );
     const maxBody = this.options.http?.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
     const bodyBytes = bodySize(request);
     if (bodyBytes > maxBody) {
-      throw problem(413, 'idempotency-body-too-large', `request body is ${bodyBytes} bytes; idempotent requests accept at most ${maxBody}`);
+      throw problem(
+        413,
+        'idempotency-body-too-large',
+        `request body is ${bodyBytes} bytes; idempotent requests accept at most ${maxBody}`,
+      );
     }
-    const fingerprint = this.fingerprint(plan, source, () => requestFingerprint(plan.route!, request.body));
+    const fingerprint = this.fingerprint(plan, source, () =>
+      requestFingerprint(plan.route!, request.body),
+    );
 
     let actionError: unknown;
     try {
@@ -105,12 +132,19 @@ export class IdempotencyInterceptor implements NestInterceptor {
             throw error;
           }
         },
-        (body) => this.sanitize({ kind: 'http', status: readStatus(response), headers: this.captureHeaders(response, plan), body }),
+        (body) =>
+          this.sanitize({
+            kind: 'http',
+            status: readStatus(response),
+            headers: this.captureHeaders(response, plan),
+            body,
+          }),
       );
       if (outcome.kind === 'executed') return outcome.value;
       const stored = outcome.value;
       adapter.status(response, stored.status);
-      for (const [name, value] of Object.entries(stored.headers)) adapter.setHeader(response, name, value as string);
+      for (const [name, value] of Object.entries(stored.headers))
+        adapter.setHeader(response, name, value as string);
       adapter.setHeader(response, 'Idempotent-Replayed', 'true');
       return stored.body;
     } catch (error) {
@@ -119,8 +153,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
   }
 
-  protected async handleRpc(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Promise<unknown> {
-    const source: RpcKeySource = { type: 'rpc', data: context.switchToRpc().getData(), message: messageView(context), context };
+  protected async handleRpc(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+  ): Promise<unknown> {
+    const source: RpcKeySource = {
+      type: 'rpc',
+      data: context.switchToRpc().getData(),
+      message: messageView(context),
+      context,
+    };
     let resolved: ResolvedKey;
     try {
       resolved = this.evaluateKey(plan, source);
@@ -128,10 +171,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
       throw new IdempotencyRpcException('idempotency-key-invalid', (error as Error).message);
     }
     if (resolved.kind === 'absent') {
-      if (plan.required) throw new IdempotencyRpcException('idempotency-key-missing', `${plan.where}: the message has no idempotency key`);
+      if (plan.required)
+        throw new IdempotencyRpcException(
+          'idempotency-key-missing',
+          `${plan.where}: the message has no idempotency key`,
+        );
       return lastValueFrom(next.handle(), { defaultValue: undefined });
     }
-    this.assertKey(plan, resolved.key, (message) => new IdempotencyRpcException('idempotency-key-invalid', message));
+    this.assertKey(
+      plan,
+      resolved.key,
+      (message) => new IdempotencyRpcException('idempotency-key-invalid', message),
+    );
     const fingerprint = this.fingerprint(plan, source, () => undefined);
 
     let actionError: unknown;
@@ -154,13 +205,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return outcome.value.value ?? null;
     } catch (error) {
       if (error === actionError) throw error;
-      if (error instanceof IdempotencyInFlightException && this.options.rmq?.nackOnInFlight) rmqHandles(context)?.nack(true);
+      if (error instanceof IdempotencyInFlightException && this.options.rmq?.nackOnInFlight)
+        rmqHandles(context)?.nack(true);
       throw this.rpcRefusal(error, plan);
     }
   }
 
   /** The HTTP key: from the decorator's `key`, or the key header. */
-  protected resolveHttpKey(request: { rawHeaders?: string[]; raw?: { rawHeaders?: string[] }; headers?: Record<string, unknown> }, source: HttpKeySource, plan: HandlerPlan): ResolvedKey {
+  protected resolveHttpKey(
+    request: {
+      rawHeaders?: string[];
+      raw?: { rawHeaders?: string[] };
+      headers?: Record<string, unknown>;
+    },
+    source: HttpKeySource,
+    plan: HandlerPlan,
+  ): ResolvedKey {
     if (plan.key.kind !== 'header') {
       try {
         return this.evaluateKey(plan, source);
@@ -168,7 +228,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
         throw problem(400, 'idempotency-key-invalid', (error as Error).message);
       }
     }
-    const header = readKeyHeader(request.rawHeaders ?? request.raw?.rawHeaders, request.headers ?? {}, this.keyHeaderName());
+    const header = readKeyHeader(
+      request.rawHeaders ?? request.raw?.rawHeaders,
+      request.headers ?? {},
+      this.keyHeaderName(),
+    );
     if (header.kind === 'invalid') throw problem(400, 'idempotency-key-invalid', header.reason);
     return header.kind === 'absent' ? { kind: 'absent' } : { kind: 'key', key: header.key };
   }
@@ -179,12 +243,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
       value = plan.key.fn(source);
     } else if (plan.key.kind === 'expression') {
       const result = plan.key.expression.evaluate(source as unknown as Record<string, unknown>);
-      if (typeof result === 'object') throw new IdempotencyKeyError(`${plan.where}: key expression ${result.invalid}`);
+      if (typeof result === 'object')
+        throw new IdempotencyKeyError(`${plan.where}: key expression ${result.invalid}`);
       value = result;
     }
     if (value === undefined || value === null) return { kind: 'absent' };
     if (typeof value === 'number') value = String(value);
-    if (typeof value !== 'string') throw new IdempotencyKeyError(`${plan.where}: key function returned ${typeof value}, not a string`);
+    if (typeof value !== 'string')
+      throw new IdempotencyKeyError(
+        `${plan.where}: key function returned ${typeof value}, not a string`,
+      );
     return { kind: 'key', key: value };
   }
 
@@ -211,7 +279,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     };
   }
 
-  private fingerprint(plan: HandlerPlan, source: KeySource, byDefault: () => string | undefined): string | undefined {
+  private fingerprint(
+    plan: HandlerPlan,
+    source: KeySource,
+    byDefault: () => string | undefined,
+  ): string | undefined {
     if (plan.fingerprint === false) return undefined;
     if (plan.fingerprint === 'default') return byDefault();
     return plan.fingerprint(source);
@@ -221,12 +293,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return (this.options.sanitize ? this.options.sanitize(result) : result) as T;
   }
 
-  private captureHeaders(response: { getHeaders?: () => Record<string, unknown> }, plan: HandlerPlan): Record<string, string | string[]> {
+  private captureHeaders(
+    response: { getHeaders?: () => Record<string, unknown> },
+    plan: HandlerPlan,
+  ): Record<string, string | string[]> {
     const out: Record<string, string | string[]> = {};
     const headers = response.getHeaders?.() ?? {};
     for (const [name, value] of Object.entries(headers)) {
       const lower = name.toLowerCase();
-      if (value === undefined || NEVER_STORED_HEADERS.includes(lower) || !plan.replayHeaders!.has(lower)) continue;
+      if (
+        value === undefined ||
+        NEVER_STORED_HEADERS.includes(lower) ||
+        !plan.replayHeaders!.has(lower)
+      )
+        continue;
       out[lower] = Array.isArray(value) ? value.map(String) : String(value);
     }
     return out;
@@ -234,23 +314,47 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   protected httpRefusal(error: unknown, plan: HandlerPlan): unknown {
     if (error instanceof IdempotencyInFlightException) {
-      return problem(409, 'idempotency-in-flight', `a request with this ${this.keyHeaderName()} is still being processed`, error.retryAfterMs);
+      return problem(
+        409,
+        'idempotency-in-flight',
+        `a request with this ${this.keyHeaderName()} is still being processed`,
+        error.retryAfterMs,
+      );
     }
     if (error instanceof IdempotencyFingerprintMismatchException) {
-      return problem(422, 'idempotency-key-reused', `this ${this.keyHeaderName()} was already used with a different request`);
+      return problem(
+        422,
+        'idempotency-key-reused',
+        `this ${this.keyHeaderName()} was already used with a different request`,
+      );
     }
-    if (error instanceof IdempotencyKeyError) return problem(400, 'idempotency-key-invalid', error.message);
+    if (error instanceof IdempotencyKeyError)
+      return problem(400, 'idempotency-key-invalid', error.message);
     if (error instanceof IdempotencyStoreUnavailableError) {
       this.logger.warn(`${plan.where}: idempotency store unavailable: ${error.message}`);
-      return problem(503, 'idempotency-store-unavailable', 'the idempotency store is unavailable; retry later', error.retryAfterMs);
+      return problem(
+        503,
+        'idempotency-store-unavailable',
+        'the idempotency store is unavailable; retry later',
+        error.retryAfterMs,
+      );
     }
     if (error instanceof IdempotencyCompletionError) {
       this.logger.error(error.message);
-      return problem(503, 'idempotency-completion-failed', 'the request was processed but its outcome could not be recorded', 1000);
+      return problem(
+        503,
+        'idempotency-completion-failed',
+        'the request was processed but its outcome could not be recorded',
+        1000,
+      );
     }
     if (error instanceof IdempotencyPayloadError) {
       this.logger.error(`${plan.where}: ${error.message}`);
-      return problem(500, 'idempotency-result-not-storable', 'the response could not be recorded for replay; the key was released');
+      return problem(
+        500,
+        'idempotency-result-not-storable',
+        'the response could not be recorded for replay; the key was released',
+      );
     }
     return error;
   }
@@ -261,10 +365,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     if (error instanceof IdempotencyStoreUnavailableError) {
       this.logger.warn(`${plan.where}: idempotency store unavailable: ${error.message}`);
-      return new IdempotencyStoreUnavailableRpcException(error.retryAfterMs, 'the idempotency store is unavailable; retry later');
+      return new IdempotencyStoreUnavailableRpcException(
+        error.retryAfterMs,
+        'the idempotency store is unavailable; retry later',
+      );
     }
     if (error instanceof IdempotencyFingerprintMismatchException) {
-      return new IdempotencyRpcException('idempotency-key-reused', `${error.keyDigest} was already used with a different message`);
+      return new IdempotencyRpcException(
+        'idempotency-key-reused',
+        `${error.keyDigest} was already used with a different message`,
+      );
     }
     if (error instanceof IdempotencyError) {
       this.logger.error(`${plan.where}: ${error.message}`);
@@ -282,7 +392,7 @@ function bodySize(request: { headers?: Record<string, unknown>; body?: unknown }
   const declared = Number(request.headers?.['content-length']);
   if (Number.isFinite(declared) && declared > 0) return declared;
   if (request.body === undefined || request.body === null) return 0;
-  if (typeof request.body === 'string' || Buffer.isBuffer(request.body)) return Buffer.byteLength(request.body);
+  if (typeof request.body === 'string' || Buffer.isBuffer(request.body))
+    return Buffer.byteLength(request.body);
   return Buffer.byteLength(JSON.stringify(request.body) ?? '');
 }
-

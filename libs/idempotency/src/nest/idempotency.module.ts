@@ -6,7 +6,10 @@ import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
 import { IdempotencyStore } from '../core/store';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
-import { ConfigurableIdempotencyModule, IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
+import {
+  ConfigurableIdempotencyModule,
+  IDEMPOTENCY_MODULE_OPTIONS,
+} from './idempotency.module-definition';
 import { IdempotencyModuleOptions } from './idempotency.options';
 import { IdempotencyProblemFilter } from './http/problem';
 

@@ -50,4 +50,5 @@ export interface IdempotentOptions {
  * Runs the decorated handler (or every handler of the decorated class) once per key.
  * Options on a method override those on its class, which override the module's defaults.
  */
-export const Idempotent = (options: IdempotentOptions = {}) => SetMetadata(IDEMPOTENT_METADATA, options);
+export const Idempotent = (options: IdempotentOptions = {}) =>
+  SetMetadata(IDEMPOTENT_METADATA, options);

@@ -49,7 +49,11 @@ export function parsePath(text: string): PathSegment[] {
 }
 
 /** Compiles `source`, or throws `IdempotencyConfigError` naming `where` and the problem. */
-export function compileKeyExpression(source: string, allowedRoots: readonly string[], where: string): CompiledKeyExpression {
+export function compileKeyExpression(
+  source: string,
+  allowedRoots: readonly string[],
+  where: string,
+): CompiledKeyExpression {
   const parts: (string | PathSegment[])[] = [];
   try {
     if (!source.includes('{') && !source.includes('}')) {
@@ -63,11 +67,15 @@ export function compileKeyExpression(source: string, allowedRoots: readonly stri
         last = match.index + match[0].length;
       }
       if (last < source.length) parts.push(source.slice(last));
-      if (parts.some((p) => typeof p === 'string' && /[{}]/.test(p))) throw new Error('unbalanced braces');
-      if (!parts.some((p) => typeof p !== 'string')) throw new Error('a template needs at least one {path}');
+      if (parts.some((p) => typeof p === 'string' && /[{}]/.test(p)))
+        throw new Error('unbalanced braces');
+      if (!parts.some((p) => typeof p !== 'string'))
+        throw new Error('a template needs at least one {path}');
     }
   } catch (error) {
-    throw new IdempotencyConfigError(`${where}: option "key" has an invalid expression "${source}": ${(error as Error).message}`);
+    throw new IdempotencyConfigError(
+      `${where}: option "key" has an invalid expression "${source}": ${(error as Error).message}`,
+    );
   }
   const paths = parts.filter((p): p is PathSegment[] => typeof p !== 'string');
   for (const path of paths) {
@@ -95,7 +103,9 @@ export function compileKeyExpression(source: string, allowedRoots: readonly stri
         } else if (Buffer.isBuffer(value)) {
           out += value.toString('utf8');
         } else {
-          return { invalid: `"${part.join('.')}" is ${Array.isArray(value) ? 'an array' : typeof value}, not a string or number` };
+          return {
+            invalid: `"${part.join('.')}" is ${Array.isArray(value) ? 'an array' : typeof value}, not a string or number`,
+          };
         }
       }
       if (single && out === '') return { invalid: `"${source}" is an empty string` };

@@ -35,9 +35,20 @@ const TITLES: Record<number, string> = {
   503: 'Service Unavailable',
 };
 
-export function problem(status: number, code: string, detail: string, retryAfterMs?: number): IdempotencyHttpException {
+export function problem(
+  status: number,
+  code: string,
+  detail: string,
+  retryAfterMs?: number,
+): IdempotencyHttpException {
   const headers: Record<string, string> = {};
-  const body: ProblemDetails = { type: 'about:blank', title: TITLES[status] ?? 'Error', status, detail, code };
+  const body: ProblemDetails = {
+    type: 'about:blank',
+    title: TITLES[status] ?? 'Error',
+    status,
+    detail,
+    code,
+  };
   if (retryAfterMs !== undefined) {
     const seconds = Math.max(1, Math.ceil(retryAfterMs / 1000));
     headers['Retry-After'] = String(seconds);
@@ -53,7 +64,8 @@ export class IdempotencyProblemFilter implements ExceptionFilter<IdempotencyHttp
   catch(exception: IdempotencyHttpException, host: ArgumentsHost): void {
     const adapter = this.adapterHost.httpAdapter;
     const response = host.switchToHttp().getResponse();
-    for (const [name, value] of Object.entries(exception.headers)) adapter.setHeader(response, name, value);
+    for (const [name, value] of Object.entries(exception.headers))
+      adapter.setHeader(response, name, value);
     adapter.setHeader(response, 'Content-Type', 'application/problem+json');
     // A string body keeps our Content-Type on both adapters.
     adapter.reply(response, JSON.stringify(exception.problem), exception.problem.status);

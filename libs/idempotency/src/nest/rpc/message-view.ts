@@ -5,7 +5,8 @@ import type { ExecutionContext } from '@nestjs/common';
  * transport's message, with Kafka's Buffers decoded to strings.
  */
 export function messageView(context: ExecutionContext): Record<string, unknown> {
-  const rpcContext = context.switchToRpc().getContext() as { constructor?: { name?: string }; getArgs?: () => unknown[] } | undefined;
+  const rpcContext = context.switchToRpc().getContext() as
+    { constructor?: { name?: string }; getArgs?: () => unknown[] } | undefined;
   const args = rpcContext?.getArgs?.() ?? [];
   switch (rpcContext?.constructor?.name) {
     case 'KafkaContext': {
@@ -40,19 +41,35 @@ function decode(value: unknown): unknown {
 function decodeHeaders(headers: unknown): Record<string, unknown> {
   if (!headers || typeof headers !== 'object') return {};
   return Object.fromEntries(
-    Object.entries(headers).map(([name, value]) => [name, Array.isArray(value) ? value.map(decode) : decode(value)]),
+    Object.entries(headers).map(([name, value]) => [
+      name,
+      Array.isArray(value) ? value.map(decode) : decode(value),
+    ]),
   );
 }
 
 /** The amqplib message and channel of a RabbitMQ context, for ack/nack. */
-export function rmqHandles(context: ExecutionContext): { ack(): void; nack(requeue: boolean): void } | undefined {
+export function rmqHandles(
+  context: ExecutionContext,
+): { ack(): void; nack(requeue: boolean): void } | undefined {
   const rpcContext = context.switchToRpc().getContext() as {
     constructor?: { name?: string };
     getMessage?: () => unknown;
-    getChannelRef?: () => { ack(m: unknown): void; nack(m: unknown, allUpTo?: boolean, requeue?: boolean): void };
+    getChannelRef?: () => {
+      ack(m: unknown): void;
+      nack(m: unknown, allUpTo?: boolean, requeue?: boolean): void;
+    };
   };
-  if (rpcContext?.constructor?.name !== 'RmqContext' || !rpcContext.getChannelRef || !rpcContext.getMessage) return undefined;
+  if (
+    rpcContext?.constructor?.name !== 'RmqContext' ||
+    !rpcContext.getChannelRef ||
+    !rpcContext.getMessage
+  )
+    return undefined;
   const channel = rpcContext.getChannelRef();
   const message = rpcContext.getMessage();
-  return { ack: () => channel.ack(message), nack: (requeue) => channel.nack(message, false, requeue) };
+  return {
+    ack: () => channel.ack(message),
+    nack: (requeue) => channel.nack(message, false, requeue),
+  };
 }
