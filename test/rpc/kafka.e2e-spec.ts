@@ -45,6 +45,13 @@ class OrdersConsumer {
     }
   }
 
+  @EventPattern('orders.flaky')
+  @Idempotent({ key: 'data.orderId' })
+  flaky(@Payload() data: { orderId: string }) {
+    ran(`flaky:${data.orderId}`);
+    if (runs.get(`flaky:${data.orderId}`) === 1) throw new Error('downstream timeout');
+  }
+
   @MessagePattern('orders.quote')
   @Idempotent({ key: 'message.headers["x-request-id"]', waitTimeout: 'PT0S' })
   async quote(@Payload() data: { orderId: string }) {
@@ -62,6 +69,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
   let app: INestMicroservice;
   let server: ServerKafka;
   let dataSource: DataSource;
+  let store: TypeOrmIdempotencyStore;
   const schema = scratchSchema('kafka');
   const published: {
     topic: string;
@@ -76,7 +84,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
 
   beforeAll(async () => {
     dataSource = await openDataSource();
-    const store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
+    store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
     server = new ServerKafka({ client: { brokers: ['127.0.0.1:1'] } });
     // Replies of @MessagePattern go out through the producer; record them instead of sending.
     (server as unknown as { producer: unknown }).producer = {
@@ -112,7 +120,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
       heartbeat: async () => undefined,
       pause: () => () => undefined,
       message: {
-        key: Buffer.from(key),
+        key: key === null ? null : Buffer.from(key),
         value: Buffer.from(JSON.stringify(data)),
         headers: Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, Buffer.from(v)])),
         offset: '0',
@@ -176,5 +184,27 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     expect(replies[1]).toEqual(replies[0]);
     expect(replies[0]).toMatchObject({ orderId, price: 42 });
     expect(runs.get('quote')).toBe(1);
+  });
+
+  it('releases the key when the handler throws, so the redelivery runs it again', async () => {
+    const orderId = randomUUID();
+    await expect(deliver('orders.flaky', orderId, { orderId })).rejects.toBeDefined();
+    await expect(store.find({ scope: 'OrdersConsumer.flaky', key: orderId })).resolves.toBeNull();
+    await expect(deliver('orders.flaky', orderId, { orderId })).resolves.toBeUndefined();
+    await deliver('orders.flaky', orderId, { orderId });
+    expect(runs.get(`flaky:${orderId}`)).toBe(2);
+    await expect(
+      store.find({ scope: 'OrdersConsumer.flaky', key: orderId }),
+    ).resolves.toMatchObject({ state: 'COMPLETE' });
+  });
+
+  it('refuses a message without a key with a non-retriable error, without running the handler', async () => {
+    const before = runs.get('placed') ?? 0;
+    const error = await deliver('orders.placed', null, { orderId: randomUUID() }).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toMatchObject({ status: 'error', code: 'idempotency-key-missing' });
+    expect(error).not.toBeInstanceOf(IdempotencyInFlightRpcException);
+    expect(runs.get('placed') ?? 0).toBe(before);
   });
 });
