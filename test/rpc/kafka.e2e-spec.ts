@@ -198,7 +198,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     ).resolves.toMatchObject({ state: 'COMPLETE' });
   });
 
-  it('refuses a message without a key with a non-retriable error, without running the handler', async () => {
+  it('refuses a message without a key with an idempotency-key-missing error (not the in-flight kind), without running the handler', async () => {
     const before = runs.get('placed') ?? 0;
     const error = await deliver('orders.placed', null, { orderId: randomUUID() }).catch(
       (e: unknown) => e,
