@@ -1,0 +1,664 @@
+import { randomBytes } from 'node:crypto';
+import { createServer, connect, AddressInfo, Server, Socket } from 'node:net';
+import type { Pool } from 'pg';
+import { DataSource, DataSourceOptions, Logger } from 'typeorm';
+import {
+  AcquireRequest,
+  AcquireResult,
+  createIdempotencyMigration,
+  createTableSql,
+  IdempotencyEngine,
+  IdempotencyStoreSchemaError,
+  IdempotencyStoreUnavailableError,
+  TypeOrmIdempotencyStore,
+  TypeOrmIdempotencyStoreOptions,
+} from 'nest-idempotency';
+import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { parsePgUrl, TcpProxy } from '../support/tcp-proxy';
+
+const quiet = { warn: () => undefined, error: () => undefined };
+
+/** Counts what TypeORM hands the driver: one `logQuery` per statement sent. */
+class CountingLogger implements Logger {
+  queries: string[] = [];
+  logQuery(query: string): void {
+    this.queries.push(query);
+  }
+  logQueryError(): void {}
+  logQuerySlow(): void {}
+  logSchemaBuild(): void {}
+  logMigration(): void {}
+  log(): void {}
+  count(fragment: string): number {
+    return this.queries.filter((q) => q.includes(fragment)).length;
+  }
+}
+
+/**
+ * A forwarder in front of PostgreSQL that can go silent: connections stay open
+ * and new ones are accepted, but nothing gets through in either direction, as
+ * in a network partition. `cut()` then drops every socket.
+ */
+class SilentPartition {
+  private server?: Server;
+  private readonly sockets = new Set<Socket>();
+  private silent = false;
+  port = 0;
+
+  constructor(private readonly target: { host: string; port: number }) {}
+
+  async start(): Promise<void> {
+    this.server = createServer((client) => {
+      this.track(client);
+      if (this.silent) return; // accepted, never answered
+      const upstream = connect(this.target.port, this.target.host);
+      this.track(upstream);
+      client.on('data', (chunk) => void (this.silent || upstream.write(chunk)));
+      upstream.on('data', (chunk) => void (this.silent || client.write(chunk)));
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.port = (this.server.address() as AddressInfo).port;
+  }
+
+  goSilent(): void {
+    this.silent = true;
+  }
+
+  async cut(): Promise<void> {
+    for (const socket of this.sockets) socket.destroy();
+    const server = this.server;
+    this.server = undefined;
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  private track(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.on('error', () => socket.destroy());
+    socket.on('close', () => this.sockets.delete(socket));
+  }
+}
+
+function urlThroughPort(port: number): string {
+  const url = new URL(testDatabaseUrl());
+  url.hostname = '127.0.0.1';
+  url.port = String(port);
+  return url.toString();
+}
+
+function poolOf(dataSource: DataSource): Pool {
+  return (dataSource.driver as unknown as { master: Pool }).master;
+}
+
+/** Polls a condition that no event announces (a waiter parked, a pool gone idle). */
+async function until(condition: () => boolean | Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** Fails with a clear message instead of letting a hang run into the test timeout. */
+async function settlesWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const hang = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, hang]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function rejection(promise: Promise<unknown>): Promise<Error> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as Error;
+  }
+  throw new Error('expected a rejection');
+}
+
+describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
+  let admin: DataSource;
+  const cleanups: Array<() => Promise<unknown>> = [];
+
+  beforeAll(async () => {
+    admin = await openDataSource();
+  });
+  afterEach(async () => {
+    jest.restoreAllMocks();
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+  });
+  afterAll(async () => {
+    await admin?.destroy();
+  });
+
+  /** A scratch schema, dropped after the test. */
+  function newSchema(prefix = 'store'): string {
+    const schema = scratchSchema(prefix);
+    cleanups.push(() => dropSchema(admin, schema));
+    return schema;
+  }
+
+  async function newDataSource(options: Partial<DataSourceOptions> = {}): Promise<DataSource> {
+    const dataSource = await openDataSource(options);
+    cleanups.push(() => (dataSource.isInitialized ? dataSource.destroy() : Promise.resolve()));
+    return dataSource;
+  }
+
+  function newStore(
+    dataSource: DataSource,
+    options: TypeOrmIdempotencyStoreOptions,
+  ): TypeOrmIdempotencyStore {
+    const store = new TypeOrmIdempotencyStore(dataSource, { logger: quiet, ...options });
+    cleanups.push(() => store.close());
+    return store;
+  }
+
+  const request = (scope: string, key: string, overrides: Partial<AcquireRequest> = {}) => ({
+    scope,
+    key,
+    leaseMs: 30_000,
+    waitTimeoutMs: 0,
+    ttlMs: 3_600_000,
+    ...overrides,
+  });
+
+  async function tableExists(schema: string, table = 'idempotency_records'): Promise<boolean> {
+    const rows = await admin.query(`SELECT to_regclass($1) IS NOT NULL AS present`, [
+      `"${schema}"."${table}"`,
+    ]);
+    return rows[0].present;
+  }
+
+  async function roundTrip(store: TypeOrmIdempotencyStore): Promise<void> {
+    const acquired = await store.tryAcquire(request('s', 'k'));
+    expect(acquired.kind).toBe('acquired');
+    await store.complete(
+      { scope: 's', key: 'k' },
+      (acquired as { leaseId: string }).leaseId,
+      1,
+      60_000,
+    );
+    await expect(store.tryAcquire(request('s', 'k'))).resolves.toMatchObject({
+      kind: 'duplicate',
+      payload: 1,
+    });
+  }
+
+  describe('schema', () => {
+    it('refuses to start without the table, naming it and saying how to fix it', async () => {
+      const schema = newSchema();
+      const error = await rejection(newStore(admin, { schema }).init());
+      expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
+      expect(error.message).toBe(
+        `table ${schema}.idempotency_records does not exist; run the nest-idempotency migration (createIdempotencyMigration) or pass { ensureSchema: true } in development`,
+      );
+
+      const custom = await rejection(newStore(admin, { schema, table: 'payment_keys' }).init());
+      expect(custom.message).toContain(`table ${schema}.payment_keys does not exist`);
+    });
+
+    const table = (schema: string) => `"${schema}".idempotency_records`;
+    it.each([
+      [
+        'payload is text instead of jsonb',
+        (s: string) => [`ALTER TABLE ${table(s)} ALTER COLUMN payload TYPE text`],
+        ['column "payload" is text, expected jsonb'],
+      ],
+      [
+        'a column is missing',
+        (s: string) => [`ALTER TABLE ${table(s)} DROP COLUMN lease_expires_at`],
+        ['column "lease_expires_at" is missing (expected timestamp with time zone)'],
+      ],
+      [
+        'the primary key is another',
+        (s: string) => [
+          `ALTER TABLE ${table(s)} DROP CONSTRAINT idempotency_records_pkey`,
+          `ALTER TABLE ${table(s)} ADD PRIMARY KEY (scope, "key")`,
+        ],
+        [/primary key is \((scope, key|key, scope)\), expected \(id\)/],
+      ],
+      [
+        'there is no primary key',
+        (s: string) => [`ALTER TABLE ${table(s)} DROP CONSTRAINT idempotency_records_pkey`],
+        ['primary key is (none), expected (id)'],
+      ],
+      [
+        'all of these at once',
+        (s: string) => [
+          `ALTER TABLE ${table(s)} ALTER COLUMN payload TYPE text`,
+          `ALTER TABLE ${table(s)} DROP COLUMN fingerprint`,
+          `ALTER TABLE ${table(s)} ALTER COLUMN created_at TYPE timestamp`,
+          `ALTER TABLE ${table(s)} DROP CONSTRAINT idempotency_records_pkey`,
+          `ALTER TABLE ${table(s)} ADD PRIMARY KEY (scope, "key")`,
+        ],
+        [
+          'column "payload" is text, expected jsonb',
+          'column "fingerprint" is missing (expected text)',
+          'column "created_at" is timestamp without time zone, expected timestamp with time zone',
+          /primary key is \((scope, key|key, scope)\), expected \(id\)/,
+        ],
+      ],
+    ])('refuses a table whose %s, listing what is wrong', async (_label, alterations, problems) => {
+      const schema = newSchema();
+      for (const sql of createTableSql({ schema, table: 'idempotency_records' }))
+        await admin.query(sql);
+      for (const sql of alterations(schema)) await admin.query(sql);
+
+      const error = await rejection(newStore(admin, { schema }).init());
+
+      expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
+      expect(error.message).toMatch(
+        new RegExp(`^table ${schema}\\.idempotency_records has the wrong shape: `),
+      );
+      for (const problem of problems) expect(error.message).toMatch(problem);
+      expect(error.message.split('; ')).toHaveLength(problems.length);
+    });
+
+    it('creates the table with ensureSchema, even when several instances start together', async () => {
+      const schema = newSchema();
+      const others = await Promise.all([newDataSource(), newDataSource(), newDataSource()]);
+      const stores = [admin, ...others].map((ds) => newStore(ds, { schema, ensureSchema: true }));
+
+      await Promise.all(stores.map((s) => s.init()));
+
+      expect(await tableExists(schema)).toBe(true);
+      await newStore(admin, { schema }).init(); // the shape check passes without ensureSchema
+      await roundTrip(stores[2]);
+    });
+
+    it('accepts the table createIdempotencyMigration creates through TypeORM migrations, and undo drops it', async () => {
+      const schema = newSchema();
+      await admin.query(`CREATE SCHEMA "${schema}"`);
+      const migrations = await newDataSource({
+        schema, // TypeORM keeps its own migrations table here too
+        migrationsTableName: 'typeorm_migrations',
+        migrations: [createIdempotencyMigration({ schema })],
+      });
+
+      const ran = await migrations.runMigrations();
+
+      expect(ran.map((m) => m.name)).toEqual(['CreateIdempotencyRecords1764460800000']);
+      expect(await tableExists(schema)).toBe(true);
+      const store = newStore(admin, { schema });
+      await store.init();
+      await roundTrip(store);
+      await expect(migrations.showMigrations()).resolves.toBe(false);
+
+      await migrations.undoLastMigration();
+
+      expect(await tableExists(schema)).toBe(false);
+      await expect(migrations.showMigrations()).resolves.toBe(true);
+      await expect(newStore(admin, { schema }).init()).rejects.toThrow(
+        `table ${schema}.idempotency_records does not exist`,
+      );
+    });
+
+    it('names the table it creates through the migration', async () => {
+      const schema = newSchema();
+      await admin.query(`CREATE SCHEMA "${schema}"`);
+      const migrations = await newDataSource({
+        schema,
+        migrationsTableName: 'typeorm_migrations',
+        migrations: [createIdempotencyMigration({ schema, table: 'keys' })],
+      });
+      await migrations.runMigrations();
+      expect(await tableExists(schema, 'keys')).toBe(true);
+      await newStore(admin, { schema, table: 'keys' }).init();
+    });
+
+    it.each([
+      ['expo', { type: 'expo', database: 'app.db', driver: {} }],
+      ['cockroachdb', { type: 'cockroachdb', url: 'postgres://root@127.0.0.1:26257/app' }],
+    ])('refuses a %s DataSource in its constructor', (type, options) => {
+      const dataSource = new DataSource(options as DataSourceOptions);
+      expect(() => new TypeOrmIdempotencyStore(dataSource)).toThrow(IdempotencyStoreSchemaError);
+      expect(() => new TypeOrmIdempotencyStore(dataSource)).toThrow(
+        `TypeOrmIdempotencyStore supports PostgreSQL; the DataSource is of type "${type}"`,
+      );
+    });
+  });
+
+  describe('when PostgreSQL cannot be reached', () => {
+    it('throws IdempotencyStoreUnavailableError at once when the port is closed, and recovers when it is back', async () => {
+      const schema = newSchema();
+      await newStore(admin, { schema, ensureSchema: true }).init();
+      const target = parsePgUrl(testDatabaseUrl());
+      const proxy = new TcpProxy(target.host, target.port);
+      const port = await proxy.start();
+      const dataSource = await newDataSource({ url: urlThroughPort(port), extra: { max: 4 } });
+      cleanups.push(() => proxy.cut());
+      // A long operation timeout: a refusal must surface as itself, not as a timeout.
+      const store = newStore(dataSource, { schema, operationTimeoutMs: 60_000 });
+      await store.init();
+      const held = await store.tryAcquire(request('s', 'held'));
+      expect(held.kind).toBe('acquired');
+      const leaseId = (held as { leaseId: string }).leaseId;
+      // Open the LISTEN connection too, so it is cut as well.
+      await expect(
+        store.tryAcquire(request('s', 'held', { waitTimeoutMs: 50 })),
+      ).resolves.toMatchObject({ kind: 'in-flight' });
+
+      await proxy.cut(); // existing connections dropped; nothing listens on the port now
+
+      const id = { scope: 's', key: 'held' };
+      const calls: Array<[string, () => Promise<unknown>]> = [
+        ['tryAcquire', () => store.tryAcquire(request('s', 'other'))],
+        [
+          'tryAcquire (waiting)',
+          () => store.tryAcquire(request('s', 'held', { waitTimeoutMs: 5000 })),
+        ],
+        ['complete', () => store.complete(id, leaseId, 'v', 60_000)],
+        ['release', () => store.release(id, leaseId)],
+        ['extend', () => store.extend(id, leaseId, 30_000)],
+        ['find', () => store.find(id)],
+        ['list', () => store.list()],
+        ['purgeExpired', () => store.purgeExpired()],
+        ['init of a new store', () => newStore(dataSource, { schema }).init()],
+      ];
+      for (const [name, call] of calls) {
+        const error = await settlesWithin(rejection(call()), 10_000, name);
+        expect([name, error]).toEqual([name, expect.any(IdempotencyStoreUnavailableError)]);
+        expect(error.message).toMatch(/^PostgreSQL is unavailable during /);
+        expect((error as IdempotencyStoreUnavailableError).retryAfterMs).toBeGreaterThan(0);
+      }
+
+      await proxy.restore();
+      await expect(store.extend(id, leaseId, 30_000)).resolves.toBe(true);
+      await store.complete(id, leaseId, 'after the outage', 60_000);
+      await expect(store.tryAcquire(request('s', 'held'))).resolves.toMatchObject({
+        kind: 'duplicate',
+        payload: 'after the outage',
+      });
+    });
+
+    it('throws IdempotencyStoreUnavailableError after operationTimeoutMs when PostgreSQL goes silent', async () => {
+      const schema = newSchema();
+      await newStore(admin, { schema, ensureSchema: true }).init();
+      const partition = new SilentPartition(parsePgUrl(testDatabaseUrl()));
+      await partition.start();
+      const dataSource = await newDataSource({
+        url: urlThroughPort(partition.port),
+        extra: { max: 2 },
+      });
+      cleanups.push(() => partition.cut()); // runs before the DataSource is destroyed
+      const store = newStore(dataSource, { schema, operationTimeoutMs: 300 });
+      await store.init();
+      const held = await store.tryAcquire(request('s', 'k'));
+      const leaseId = (held as { leaseId: string }).leaseId;
+
+      partition.goSilent();
+
+      const id = { scope: 's', key: 'k' };
+      for (const [name, call] of [
+        ['tryAcquire', () => store.tryAcquire(request('s', 'other'))],
+        ['complete', () => store.complete(id, leaseId, 'v', 60_000)],
+        [
+          'init of a new store',
+          () => newStore(dataSource, { schema, operationTimeoutMs: 300 }).init(),
+        ],
+      ] as Array<[string, () => Promise<unknown>]>) {
+        const error = await settlesWithin(rejection(call()), 5000, name);
+        expect([name, error]).toEqual([name, expect.any(IdempotencyStoreUnavailableError)]);
+        expect(error.message).toMatch(/^PostgreSQL did not answer .+ within 300 ms$/);
+      }
+    });
+  });
+
+  describe("time is PostgreSQL's", () => {
+    it.each([
+      ['an hour ahead', 3_600_000],
+      ['an hour behind', -3_600_000],
+    ])(
+      'with the application clock %s, a live lease is not stolen and a fresh result is replayed',
+      async (_label, skewMs) => {
+        const schema = newSchema();
+        const store = newStore(admin, { schema, ensureSchema: true });
+        await store.init();
+        const live = await store.tryAcquire(request('s', 'live', { leaseMs: 10_000 }));
+        expect(live.kind).toBe('acquired');
+        const done = await store.tryAcquire(request('s', 'done'));
+        await store.complete(
+          { scope: 's', key: 'done' },
+          (done as { leaseId: string }).leaseId,
+          'result',
+          60_000,
+        );
+        const short = await store.tryAcquire(request('s', 'short', { leaseMs: 100 }));
+        expect(short.kind).toBe('acquired');
+        await new Promise((resolve) => setTimeout(resolve, 200)); // let the 100 ms lease run out
+
+        const realNow = Date.now.bind(Date);
+        jest.spyOn(Date, 'now').mockImplementation(() => realNow() + skewMs);
+
+        const again = await store.tryAcquire(request('s', 'live'));
+        expect(again.kind).toBe('in-flight');
+        expect((again as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(5000);
+        expect((again as { retryAfterMs: number }).retryAfterMs).toBeLessThanOrEqual(10_000);
+        await expect(store.find({ scope: 's', key: 'live' })).resolves.toMatchObject({
+          leaseExpired: false,
+        });
+        await expect(store.tryAcquire(request('s', 'done'))).resolves.toMatchObject({
+          kind: 'duplicate',
+          payload: 'result',
+        });
+        // ...and an expired lease is expired whatever the application thinks.
+        await expect(store.tryAcquire(request('s', 'short'))).resolves.toMatchObject({
+          kind: 'acquired',
+        });
+        expect(Date.now).toHaveBeenCalled();
+      },
+    );
+  });
+
+  describe('round trips, counted from the driver', () => {
+    it('costs 2 statements for a first execution (acquire, complete) and 1 for a replay', async () => {
+      const schema = newSchema();
+      const logger = new CountingLogger();
+      const dataSource = await newDataSource({ logger });
+      const store = newStore(dataSource, { schema, ensureSchema: true });
+      await store.init();
+      const engine = new IdempotencyEngine(store, { logger: quiet });
+      const run = (key: string) =>
+        engine.execute(
+          { scope: 'orders', key, lease: '30s', waitTimeout: '10s', ttl: '1h' },
+          async () => ({ id: key }),
+        );
+      await run('warm-up'); // opens the LISTEN connection outside the pool (not a statement per call)
+
+      logger.queries = [];
+      await expect(run('first')).resolves.toMatchObject({ kind: 'executed' });
+      expect(logger.queries).toHaveLength(2);
+      expect(logger.queries[0]).toContain('WITH stolen AS');
+      expect(logger.queries[1]).toContain('WITH done AS');
+
+      logger.queries = [];
+      await expect(run('first')).resolves.toMatchObject({ kind: 'replayed' });
+      expect(logger.queries).toHaveLength(1);
+      expect(logger.queries[0]).toContain('WITH stolen AS');
+    });
+  });
+
+  describe('waiting', () => {
+    it('parks 20 waiting duplicates without a pooled connection (pool of 2), LISTENing outside the pool', async () => {
+      const schema = newSchema();
+      const applicationName = `idem-waiters-${randomBytes(4).toString('hex')}`;
+      const logger = new CountingLogger();
+      const dataSource = await newDataSource({ logger, applicationName, extra: { max: 2 } });
+      const pool = poolOf(dataSource);
+      // Polling far beyond the test: only the NOTIFY can wake the waiters in time.
+      const store = newStore(dataSource, { schema, ensureSchema: true, pollIntervalMs: 60_000 });
+      await store.init();
+      const holder = await store.tryAcquire(request('s', 'hot'));
+      expect(holder.kind).toBe('acquired');
+      logger.queries = [];
+
+      const waitStarted = Date.now();
+      const waiters = Array.from({ length: 20 }, () =>
+        store.tryAcquire(request('s', 'hot', { waitTimeoutMs: 10_000 })),
+      );
+      await until(
+        () =>
+          logger.count('WITH stolen AS') === 20 &&
+          pool.waitingCount === 0 &&
+          pool.idleCount === pool.totalCount,
+        'all 20 waiters have looked once and handed their connections back',
+      );
+
+      // Nothing is checked out or queued while 20 callers wait...
+      expect(pool.totalCount).toBe(2);
+      expect(pool.idleCount).toBe(2);
+      expect(pool.waitingCount).toBe(0);
+      // ...and the LISTEN connection is a third one, which a pool of 2 cannot hold.
+      const backends: Array<{ query: string }> = await admin.query(
+        `SELECT query FROM pg_stat_activity WHERE application_name = $1`,
+        [applicationName],
+      );
+      expect(backends).toHaveLength(3);
+      expect(backends.filter((b) => b.query.startsWith('LISTEN '))).toHaveLength(1);
+      // Both pooled connections are free for other work.
+      await Promise.all([dataSource.query('SELECT 1'), dataSource.query('SELECT 2')]);
+
+      await store.complete(
+        { scope: 's', key: 'hot' },
+        (holder as { leaseId: string }).leaseId,
+        { answer: 42 },
+        60_000,
+      );
+      // A waiter whose wait runs out looks once more and would see the result
+      // too: settling well before the 10 s wait ends is what proves the NOTIFY woke them.
+      const results = await settlesWithin(
+        Promise.all(waiters),
+        waitStarted + 8000 - Date.now(),
+        'waking the waiters by NOTIFY',
+      );
+      expect(results).toEqual(
+        Array.from({ length: 20 }, () => ({
+          kind: 'duplicate',
+          payload: { answer: 42 },
+          completedAt: expect.any(Date),
+        })),
+      );
+    });
+  });
+
+  describe('several instances on one table', () => {
+    it('purges concurrently from several stores without touching a live record; the counts add up', async () => {
+      const schema = newSchema();
+      const t = `"${schema}".idempotency_records`;
+      const seedStore = newStore(admin, { schema, ensureSchema: true });
+      await seedStore.init();
+      const seed = (label: string, n: number, state: string, expires: string, lease: string) =>
+        admin.query(
+          `INSERT INTO ${t} (id, scope, "key", state, lease_id, lease_expires_at, expires_at, payload, created_at, completed_at)
+           SELECT sha256(convert_to($1 || i, 'UTF8')), 'purge', $1 || i, $2,
+             CASE WHEN $2 = 'IN_PROGRESS' THEN gen_random_uuid() END,
+             CASE WHEN $2 = 'IN_PROGRESS' THEN now() + $4::interval END,
+             now() + $3::interval,
+             CASE WHEN $2 = 'COMPLETE' THEN '{"v":1}'::jsonb END,
+             now() - interval '2 hours',
+             CASE WHEN $2 = 'COMPLETE' THEN now() - interval '2 hours' END
+           FROM generate_series(1, $5::int) AS i`,
+          [label, state, expires, lease, n],
+        );
+      // Purgeable: past their TTL (and, if IN_PROGRESS, past their lease too).
+      await seed('expired-complete-', 2600, 'COMPLETE', '-1 minute', '0');
+      await seed('abandoned-', 300, 'IN_PROGRESS', '-1 minute', '-1 minute');
+      // Live: within their TTL, or still under a lease.
+      await seed('live-complete-', 200, 'COMPLETE', '1 hour', '0');
+      await seed('running-past-ttl-', 100, 'IN_PROGRESS', '-1 minute', '1 hour');
+      await seed('lease-out-ttl-in-', 100, 'IN_PROGRESS', '1 hour', '-1 minute');
+      const stores = await Promise.all(
+        Array.from({ length: 4 }, async () =>
+          newStore(await newDataSource({ extra: { max: 2 } }), { schema }),
+        ),
+      );
+      await Promise.all(stores.map((s) => s.init()));
+
+      // Live traffic on the same table while four instances purge, twice each.
+      const traffic = Promise.all(
+        Array.from({ length: 40 }, async (_, i) => {
+          const store = stores[i % stores.length];
+          const acquired = await store.tryAcquire(request('purge', `traffic-${i}`));
+          if (acquired.kind !== 'acquired') throw new Error(`traffic-${i}: ${acquired.kind}`);
+          await store.complete(
+            { scope: 'purge', key: `traffic-${i}` },
+            acquired.leaseId,
+            i,
+            60_000,
+          );
+        }),
+      );
+      const counts = await Promise.all([...stores, ...stores].map((s) => s.purgeExpired()));
+      await traffic;
+
+      expect(counts.reduce((a, b) => a + b, 0)).toBe(2900);
+      const left: Array<{ prefix: string; n: number }> = await admin.query(
+        `SELECT regexp_replace("key", '[0-9]+$', '') AS prefix, count(*)::int AS n FROM ${t} GROUP BY 1 ORDER BY 1`,
+      );
+      expect(left).toEqual([
+        { prefix: 'lease-out-ttl-in-', n: 100 },
+        { prefix: 'live-complete-', n: 200 },
+        { prefix: 'running-past-ttl-', n: 100 },
+        { prefix: 'traffic-', n: 40 },
+      ]);
+      await expect(stores[0].purgeExpired()).resolves.toBe(0);
+    });
+
+    it.each([
+      ['wait for the winner and replay its result', 15_000],
+      ['do not wait and are told it is in flight', 0],
+    ])(
+      'gives exactly one of 50 acquirers split over two instances the key; the others %s',
+      async (_label, waitTimeoutMs) => {
+        const schema = newSchema();
+        const [a, b] = await Promise.all([newDataSource(), newDataSource()]);
+        const stores = [
+          newStore(a, { schema, ensureSchema: true, pollIntervalMs: 60_000 }),
+          newStore(b, { schema, ensureSchema: true, pollIntervalMs: 60_000 }),
+        ];
+        await Promise.all(stores.map((s) => s.init()));
+
+        // Settling before the 15 s wait runs out proves the other instance's NOTIFY woke them.
+        const results: AcquireResult[] = await settlesWithin(
+          Promise.all(
+            Array.from({ length: 50 }, async (_, i) => {
+              const store = stores[i % 2];
+              const result = await store.tryAcquire(request('race', 'hot', { waitTimeoutMs }));
+              // Without waiting, the winner holds on, so nobody can see a result yet.
+              if (result.kind === 'acquired' && waitTimeoutMs > 0) {
+                await new Promise((resolve) => setImmediate(resolve));
+                await store.complete(
+                  { scope: 'race', key: 'hot' },
+                  result.leaseId,
+                  { winner: result.leaseId, instance: i % 2 },
+                  60_000,
+                );
+              }
+              return result;
+            }),
+          ),
+          10_000,
+          'the race and the wake-up of every waiter',
+        );
+
+        const winners = results.filter((r) => r.kind === 'acquired');
+        expect(winners).toHaveLength(1);
+        const winner = (winners[0] as { leaseId: string }).leaseId;
+        const others = results.filter((r) => r.kind !== 'acquired');
+        if (waitTimeoutMs > 0) {
+          expect(others).toHaveLength(49);
+          for (const r of others)
+            expect(r).toMatchObject({ kind: 'duplicate', payload: { winner } });
+        } else {
+          expect(others.map((r) => r.kind)).toEqual(Array(49).fill('in-flight'));
+        }
+      },
+    );
+  });
+});
