@@ -5,6 +5,7 @@ import { IdempotencyConfigError } from '../core/errors';
 import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
 import { IdempotencyStore } from '../core/store';
 import { IdempotencyExplorer } from './idempotency.explorer';
+import { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import {
   ConfigurableIdempotencyModule,
@@ -43,10 +44,16 @@ import { IdempotencyProblemFilter } from './http/problem';
     },
     IdempotencyExplorer,
     IdempotencyInterceptor,
+    IdempotencyPurgeScheduler,
     { provide: APP_INTERCEPTOR, useExisting: IdempotencyInterceptor },
     { provide: APP_FILTER, useClass: IdempotencyProblemFilter },
   ],
-  exports: [IdempotencyStore, IdempotencyEngine, IDEMPOTENCY_MODULE_OPTIONS],
+  exports: [
+    IdempotencyStore,
+    IdempotencyEngine,
+    IdempotencyPurgeScheduler,
+    IDEMPOTENCY_MODULE_OPTIONS,
+  ],
 })
 export class IdempotencyModule extends ConfigurableIdempotencyModule {}
 

@@ -48,6 +48,13 @@ export interface IdempotencyRmqOptions {
   ackOnReplay?: boolean;
 }
 
+export interface IdempotencyPurgeOptions {
+  /** How often each instance purges expired records. Default `PT1H`. */
+  interval?: Duration;
+  /** Rows deleted per statement; a run repeats batches until one comes back short. Default 1000. */
+  batchSize?: number;
+}
+
 export interface IdempotencyModuleOptions {
   /** Where records live. Required: there is no in-memory fallback. */
   store: IdempotencyStore;
@@ -61,10 +68,17 @@ export interface IdempotencyModuleOptions {
   /** Applied to every result before it is stored (and so to every replay). */
   sanitize?: (result: StoredResult) => StoredResult;
   rmq?: IdempotencyRmqOptions;
+  /**
+   * Scheduled `purgeExpired` in every instance (safe side by side: batches skip
+   * rows another instance holds). On by default, hourly; `false` leaves purging
+   * to the CLI or your own scheduler.
+   */
+  purge?: IdempotencyPurgeOptions | false;
   logger?: IdempotencyLogger;
 }
 
 export const BUILT_IN_DEFAULTS = { lease: 'PT30S', waitTimeout: 'PT10S', ttl: 'PT24H' } as const;
+export const DEFAULT_PURGE = { interval: 'PT1H', batchSize: 1000 } as const;
 export const DEFAULT_KEY_HEADER = 'Idempotency-Key';
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 export const DEFAULT_REPLAY_HEADERS = ['content-type', 'location', 'etag'];

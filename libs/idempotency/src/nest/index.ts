@@ -6,3 +6,4 @@ export * from './idempotency.interceptor';
 export { IdempotencyHttpException, IdempotencyProblemFilter } from './http/problem';
 export type { ProblemDetails } from './http/problem';
 export * from './rpc/rpc-exceptions';
+export * from './idempotency-purge.scheduler';

@@ -1,0 +1,94 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  OnApplicationBootstrap,
+  OnApplicationShutdown,
+} from '@nestjs/common';
+import { EventEmitter } from 'node:events';
+import { parseDuration } from '../core/duration';
+import { IdempotencyConfigError } from '../core/errors';
+import { IdempotencyStore } from '../core/store';
+import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
+import { DEFAULT_PURGE } from './idempotency.options';
+import type { IdempotencyModuleOptions } from './idempotency.options';
+
+export interface PurgeRun {
+  purged: number;
+  batches: number;
+  error?: string;
+}
+
+/**
+ * Runs `purgeExpired` on a timer in this instance: bounded batches, one run at
+ * a time, timer unref'd and stopped at shutdown. Emits `run` after each run.
+ */
+@Injectable()
+export class IdempotencyPurgeScheduler implements OnApplicationBootstrap, OnApplicationShutdown {
+  readonly events = new EventEmitter();
+  private readonly logger = new Logger('IdempotencyPurge');
+  private readonly intervalMs?: number;
+  private readonly batchSize: number = DEFAULT_PURGE.batchSize;
+  private timer?: NodeJS.Timeout;
+  private running?: Promise<PurgeRun>;
+  private stopped = false;
+
+  constructor(
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: IdempotencyModuleOptions,
+    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+  ) {
+    if (options.purge === false) return;
+    const purge = { ...DEFAULT_PURGE, ...options.purge };
+    this.intervalMs = parseDuration(
+      purge.interval,
+      'purge.interval',
+      { allowZero: false },
+      'IdempotencyModule',
+    );
+    if (!Number.isInteger(purge.batchSize) || purge.batchSize < 1) {
+      throw new IdempotencyConfigError(
+        `IdempotencyModule: option "purge.batchSize" must be a positive integer, got ${String(purge.batchSize)}`,
+      );
+    }
+    this.batchSize = purge.batchSize;
+  }
+
+  get enabled(): boolean {
+    return this.intervalMs !== undefined;
+  }
+
+  onApplicationBootstrap(): void {
+    if (this.intervalMs === undefined) return;
+    this.timer = setInterval(() => void this.runOnce(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.running;
+  }
+
+  /** One purge run now (batches until one comes back short); concurrent calls share the run. */
+  runOnce(): Promise<PurgeRun> {
+    this.running ??= this.purge().finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  private async purge(): Promise<PurgeRun> {
+    const run: PurgeRun = { purged: 0, batches: 0 };
+    try {
+      while (!this.stopped) {
+        const purged = await this.store.purgeExpired({ limit: this.batchSize });
+        run.purged += purged;
+        run.batches++;
+        if (purged < this.batchSize) break;
+      }
+    } catch (error) {
+      run.error = (error as Error).message;
+      this.logger.warn(`purge of expired idempotency records failed: ${run.error}`);
+    }
+    this.events.emit('run', run);
+    return run;
+  }
+}
