@@ -6,6 +6,7 @@ import {
   IdempotencyConfigError,
   IdempotencyModule,
   IdempotencyPurgeScheduler,
+  IdempotencyStore,
   InMemoryIdempotencyStore,
   PurgeRun,
   TypeOrmIdempotencyStore,
@@ -35,7 +36,7 @@ describe('scheduled purge', () => {
 
   const boot = async (
     purge: Parameters<typeof IdempotencyModule.forRoot>[0]['purge'],
-    s = store,
+    s: IdempotencyStore = store,
   ) => {
     const moduleRef = await Test.createTestingModule({
       imports: [IdempotencyModule.forRoot({ store: s, purge })],

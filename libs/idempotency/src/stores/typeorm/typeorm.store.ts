@@ -124,8 +124,12 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     return this.ready;
   }
 
+  /** Closes the LISTEN connection and wakes waiters. A later call prepares the store again. */
   async close(): Promise<void> {
-    await this.listener?.close();
+    const listener = this.listener;
+    this.listener = undefined;
+    this.ready = undefined;
+    await listener?.close();
     this.waiters.notifyAll();
   }
 
@@ -144,7 +148,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       request.ttlMs,
       request.fingerprint ?? null,
     ];
-    if (request.waitTimeoutMs > 0) await this.listener!.ensure();
+    if (request.waitTimeoutMs > 0) await this.listener?.ensure();
 
     for (;;) {
       // Take the ticket before looking, so a completion during the look still wakes us.
@@ -168,7 +172,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
         const leaseLeftMs = Math.ceil(row.lease_left_ms ?? 0);
         const waitLeftMs = deadline - Date.now();
         if (!ticket || waitLeftMs <= 0) return { kind: 'in-flight', retryAfterMs: leaseLeftMs };
-        const poll = this.listener!.listening
+        const poll = this.listener?.listening
           ? this.pollIntervalMs
           : Math.min(this.pollIntervalMs, 100);
         await ticket.wait(Math.min(waitLeftMs, leaseLeftMs + 1, poll));
@@ -236,6 +240,18 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       total += row.purged;
       if (row.purged < batch) return total;
     }
+  }
+
+  /**
+   * How many records `purgeExpired` would delete now (at most `limit`), by the
+   * same rule, without deleting or locking anything: a purge's dry run.
+   */
+  async countExpired(options: { limit?: number } = {}): Promise<number> {
+    await this.init();
+    const [row] = await this.query<{ expired: number }>('count expired', this.sql.countExpired, [
+      options.limit ?? null,
+    ]);
+    return row.expired;
   }
 
   async find(id: RecordId): Promise<IdempotencyRecordView | null> {
