@@ -110,7 +110,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
 
   const deliver = (
     topic: string,
-    key: string,
+    key: string | null,
     data: unknown,
     headers: Record<string, string> = {},
   ) =>
