@@ -50,7 +50,8 @@ export class PaymentsController {
   @Header('X-Payment-Api', 'v1')
   create(@Body() body: { amount: number }) {
     probe.ran('create');
-    return { id: randomUUID(), amount: body.amount };
+    // Key order matters: jsonb would store "id" first; a replay must still be byte-identical.
+    return { amount: body.amount, id: randomUUID() };
   }
 
   @Post('accepted')

@@ -38,7 +38,7 @@ describe.each(ADAPTERS)('HTTP over %s', (adapter) => {
     expect(first.headers.get('idempotent-replayed')).toBeNull();
     const again = await send(url, 'POST', '/payments', { key: k, body: { amount: 10 } });
     expect(again.status).toBe(201);
-    expect(again.json()).toEqual(first.json());
+    expect(again.text).toBe(first.text);
     expect(again.headers.get('idempotent-replayed')).toBe('true');
     expect(again.headers.get('x-payment-api')).toBe('v1');
     expect(again.headers.get('content-type')).toMatch(/^application\/json/);

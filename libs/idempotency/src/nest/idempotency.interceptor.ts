@@ -36,6 +36,11 @@ import type {
 } from './idempotency.options';
 import { requestFingerprint } from './http/fingerprint';
 import { readKeyHeader } from './http/key-header';
+import {
+  PersistedHttpResponse,
+  persistHttpResponse,
+  restoreHttpResponse,
+} from './http/stored-response';
 import { problem } from './http/problem';
 import { messageView, rmqHandles } from './rpc/message-view';
 import {
@@ -122,7 +127,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     let actionError: unknown;
     try {
-      const outcome = await this.engine.execute<unknown, StoredHttpResponse>(
+      const outcome = await this.engine.execute<unknown, PersistedHttpResponse>(
         { ...this.identity(context, plan, resolved.key), fingerprint },
         async () => {
           try {
@@ -133,15 +138,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
           }
         },
         (body) =>
-          this.sanitize({
-            kind: 'http',
-            status: readStatus(response),
-            headers: this.captureHeaders(response, plan),
-            body,
-          }),
+          persistHttpResponse(
+            this.sanitize<StoredHttpResponse>({
+              kind: 'http',
+              status: readStatus(response),
+              headers: this.captureHeaders(response, plan),
+              body,
+            }),
+          ),
       );
       if (outcome.kind === 'executed') return outcome.value;
-      const stored = outcome.value;
+      const stored = restoreHttpResponse(outcome.value);
       adapter.status(response, stored.status);
       for (const [name, value] of Object.entries(stored.headers))
         adapter.setHeader(response, name, value as string);
