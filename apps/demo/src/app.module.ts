@@ -1,0 +1,35 @@
+import { DynamicModule, Module } from '@nestjs/common';
+import { IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { DataSource } from 'typeorm';
+import { DatabaseModule } from './database/database.module';
+import { PaymentsConsumer } from './payments/payments.consumer';
+import { PaymentsController } from './payments/payments.controller';
+
+@Module({})
+export class AppModule {
+  /** `withConsumer`: also register the RabbitMQ handler (only when AMQP_URL is set). */
+  static register(options: { withConsumer: boolean }): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        DatabaseModule,
+        // Module-wide defaults from the environment, resolved once the DataSource is up.
+        IdempotencyModule.forRootAsync({
+          inject: [DataSource],
+          useFactory: (dataSource: DataSource) => ({
+            store: new TypeOrmIdempotencyStore(dataSource),
+            defaults: {
+              lease: process.env.IDEMPOTENCY_LEASE ?? 'PT30S',
+              waitTimeout: process.env.IDEMPOTENCY_WAIT_TIMEOUT ?? 'PT10S',
+              ttl: process.env.IDEMPOTENCY_TTL ?? 'PT24H',
+            },
+            rmq: { nackOnInFlight: true, ackOnReplay: true },
+          }),
+        }),
+      ],
+      controllers: options.withConsumer
+        ? [PaymentsController, PaymentsConsumer]
+        : [PaymentsController],
+    };
+  }
+}

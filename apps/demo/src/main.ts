@@ -1,0 +1,77 @@
+import 'reflect-metadata';
+import { Logger } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { Transport } from '@nestjs/microservices';
+import path from 'node:path';
+import { EmbeddedServer, startEmbeddedPostgres } from '../../../tools/embedded-postgres';
+import { AppModule } from './app.module';
+
+const logger = new Logger('Demo');
+
+async function main(): Promise<void> {
+  let embedded: EmbeddedServer | undefined;
+  if (!process.env.DATABASE_URL) {
+    // Kept across restarts under a git-ignored folder of the project.
+    const dataDir =
+      process.env.DEMO_DATA_DIR ?? path.resolve(__dirname, '../../../.embedded-pg/demo');
+    embedded = await startEmbeddedPostgres({
+      dataDir,
+      persistent: true,
+      port: Number(process.env.DEMO_PG_PORT ?? 54329),
+    });
+    process.env.DATABASE_URL = embedded.url;
+    logger.log(`embedded PostgreSQL at ${embedded.url} (data in ${dataDir})`);
+  } else {
+    logger.log('using DATABASE_URL');
+  }
+
+  const amqpUrl = process.env.AMQP_URL;
+  const app = await NestFactory.create(AppModule.register({ withConsumer: Boolean(amqpUrl) }));
+  if (amqpUrl) {
+    app.connectMicroservice({
+      transport: Transport.RMQ,
+      options: {
+        urls: [amqpUrl],
+        queue: process.env.AMQP_QUEUE ?? 'demo-payments',
+        noAck: false,
+        queueOptions: { durable: true },
+      },
+    });
+    await app.startAllMicroservices();
+    logger.log(`RabbitMQ consumer listening on queue ${process.env.AMQP_QUEUE ?? 'demo-payments'}`);
+  } else {
+    logger.log(
+      'RabbitMQ consumer off (set AMQP_URL, e.g. amqp://guest:guest@127.0.0.1:5672, to start it)',
+    );
+  }
+
+  await app.listen(Number(process.env.PORT ?? 3000), '127.0.0.1');
+  const url = await app.getUrl();
+  const base = url.replace('[::1]', 'localhost');
+  logger.log(`listening on ${base}`);
+  console.log(`
+Try a payment twice with the same key; the second answer is a replay (Idempotent-Replayed: true)
+and only one row is written:
+
+  curl -i -X POST ${base}/payments -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-1' -d '{"amount":1000}'
+  curl -i -X POST ${base}/payments -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-1' -d '{"amount":1000}'
+  curl -s ${base}/payments
+`);
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.log(`${signal}: shutting down`);
+    await app.close();
+    await embedded?.stop();
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+}
+
+main().catch((error: unknown) => {
+  logger.error(error instanceof Error ? error.message : String(error));
+  process.exit(1);
+});
