@@ -64,7 +64,8 @@ and only one row is written:
     stopping = true;
     logger.log(`${signal}: shutting down`);
     await app.close();
-    await embedded?.stop();
+    // Ctrl-C in a terminal also reaches the server itself, which may already be stopping.
+    await embedded?.stop().catch(() => undefined);
     process.exit(0);
   };
   process.on('SIGINT', () => void stop('SIGINT'));

@@ -1,0 +1,142 @@
+import { ChildProcess, spawn } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import { freePort } from '../../tools/embedded-postgres';
+import { testDatabaseUrl } from '../support/postgres';
+
+const ROOT = path.resolve(__dirname, '../..');
+
+interface Demo {
+  child: ChildProcess;
+  url: string;
+  output: () => string;
+}
+
+const running = new Set<ChildProcess>();
+afterEach(() => {
+  for (const child of running) child.kill('SIGKILL');
+  running.clear();
+});
+
+/** Starts the demo exactly as `npm start` does, and waits for the curl pair it prints last. */
+async function startDemo(env: Record<string, string | undefined>): Promise<Demo> {
+  const child = spawn(
+    process.execPath,
+    [
+      '-r',
+      'ts-node/register/transpile-only',
+      '-r',
+      'tsconfig-paths/register',
+      'apps/demo/src/main.ts',
+    ],
+    {
+      cwd: ROOT,
+      env: { ...process.env, PORT: '0', NO_COLOR: '1', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  running.add(child);
+  child.once('exit', () => running.delete(child));
+  let output = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = /curl -s (http:\/\/\S+)\/payments\n/.exec(output);
+      if (match) resolve(match[1]);
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.once('exit', (code) =>
+      reject(new Error(`demo exited with ${code} before listening:\n${output}`)),
+    );
+  });
+  return { child, url, output: () => output };
+}
+
+async function stopDemo(demo: Demo): Promise<number | null> {
+  const exited = once(demo.child, 'exit');
+  demo.child.kill('SIGINT');
+  const [code] = (await exited) as [number | null];
+  return code;
+}
+
+async function pay(url: string, key: string) {
+  const response = await fetch(`${url}/payments`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: JSON.stringify({ amount: 1000 }),
+  });
+  return {
+    status: response.status,
+    replayed: response.headers.get('idempotent-replayed'),
+    text: await response.text(),
+  };
+}
+
+const count = async (url: string) =>
+  ((await (await fetch(`${url}/payments`)).json()) as { count: number }).count;
+
+describe('demo application', () => {
+  it('on a given DATABASE_URL: the curl pair replays, one row is written, Ctrl-C exits cleanly', async () => {
+    const admin = new Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    const database = `demo_${randomBytes(4).toString('hex')}`;
+    await admin.query(`CREATE DATABASE ${database}`);
+    const url = new URL(testDatabaseUrl());
+    url.pathname = `/${database}`;
+    try {
+      const demo = await startDemo({ DATABASE_URL: url.toString(), AMQP_URL: undefined });
+      expect(demo.output()).toContain('RabbitMQ consumer off');
+      expect(demo.output()).toContain('Idempotency-Key: demo-1');
+      const key = randomUUID();
+      const first = await pay(demo.url, key);
+      const second = await pay(demo.url, key);
+      expect(first.status).toBe(201);
+      expect(second).toEqual({ status: 201, replayed: 'true', text: first.text });
+      const order = `${demo.url}/orders/o-1/payment`;
+      const body = JSON.stringify({ amount: 500, customerId: 'c-9' });
+      for (let i = 0; i < 2; i++) {
+        const response = await fetch(order, {
+          method: 'PUT',
+          headers: { 'content-type': 'application/json' },
+          body,
+        });
+        expect(response.status).toBe(200);
+      }
+      expect(await count(demo.url)).toBe(2);
+      expect(await stopDemo(demo)).toBe(0);
+      expect(demo.output()).toContain('SIGINT: shutting down');
+    } finally {
+      await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+      await admin.end();
+    }
+  });
+
+  it('without DATABASE_URL: starts an embedded PostgreSQL whose data survives a restart', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nest-idempotency-demo-'));
+    const env = {
+      DATABASE_URL: undefined,
+      AMQP_URL: undefined,
+      DEMO_DATA_DIR: dataDir,
+      DEMO_PG_PORT: String(await freePort()),
+    };
+    try {
+      const first = await startDemo(env);
+      expect(first.output()).toContain('embedded PostgreSQL at postgres://');
+      const key = randomUUID();
+      expect((await pay(first.url, key)).status).toBe(201);
+      expect(await stopDemo(first)).toBe(0);
+
+      const second = await startDemo(env);
+      expect((await pay(second.url, key)).replayed).toBe('true');
+      expect(await count(second.url)).toBe(1);
+      expect(await stopDemo(second)).toBe(0);
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
