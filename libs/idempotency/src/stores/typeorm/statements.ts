@@ -15,6 +15,8 @@ export interface Statements {
   extend: string;
   /** $1 batch size. */
   purgeBatch: string;
+  /** $1 limit. Counts what `purgeBatch` would delete, without locking or deleting anything. */
+  countExpired: string;
   /** $1 id. */
   find: string;
   /** $1 scope or null, $2 state or null, $3 limit. */
@@ -26,7 +28,11 @@ const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created
   (state = 'IN_PROGRESS' AND lease_expires_at <= now()) AS lease_expired`;
 
 const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= now()) OR (state = 'COMPLETE' AND expires_at <= now()))`;
-const PURGEABLE = `(expires_at <= now() AND (state = 'COMPLETE' OR lease_expires_at <= now()))`;
+/** The purge rule, in one place: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
+const purgeable = (alias?: string) => {
+  const c = (column: string) => (alias ? `${alias}.${column}` : column);
+  return `(${c('expires_at')} <= now() AND (${c('state')} = 'COMPLETE' OR ${c('lease_expires_at')} <= now()))`;
+};
 const ms = (param: string) => `(${param}::double precision * interval '1 millisecond')`;
 
 export function buildStatements(name: TableName): Statements {
@@ -84,16 +90,19 @@ export function buildStatements(name: TableName): Statements {
     // without waiting on each other or on live traffic. The rule is rechecked on delete.
     purgeBatch: `
       WITH victims AS (
-        SELECT id FROM ${t} WHERE ${PURGEABLE}
+        SELECT id FROM ${t} WHERE ${purgeable()}
         ORDER BY expires_at
         LIMIT $1
         FOR UPDATE SKIP LOCKED
       ), gone AS (
         DELETE FROM ${t} r USING victims v
-        WHERE r.id = v.id AND (r.expires_at <= now() AND (r.state = 'COMPLETE' OR r.lease_expires_at <= now()))
+        WHERE r.id = v.id AND ${purgeable('r')}
         RETURNING 1
       )
       SELECT count(*)::int AS purged FROM gone`,
+    // A plain read: no row lock, no write, so a dry run moves nothing.
+    countExpired: `
+      SELECT count(*)::int AS expired FROM (SELECT 1 FROM ${t} WHERE ${purgeable()} LIMIT $1) AS due`,
     find: `SELECT ${VIEW_COLUMNS} FROM ${t} WHERE id = $1`,
     list: `
       SELECT ${VIEW_COLUMNS} FROM ${t}
