@@ -1,0 +1,47 @@
+/**
+ * The CLI's exit codes. Scripts may rely on them; they are listed in
+ * `nest-idempotency --help` and in the README.
+ */
+export const ExitCode = {
+  /** The command did what it was asked. */
+  OK: 0,
+  /** `verify`: a guarantee was graded FAIL, or N/A (not checked is not a pass). */
+  VERIFY_FAILED: 1,
+  /** Bad arguments: unknown command or option, invalid value, no database URL. */
+  USAGE: 2,
+  /** PostgreSQL could not be reached (refused, unknown host, no answer in time, login refused). */
+  UNREACHABLE: 3,
+  /** The records table is missing or has the wrong shape; or verify may not create its scratch schema. */
+  SCHEMA: 4,
+  /** `inspect`: no record for that scope and key. */
+  NOT_FOUND: 5,
+  /** Anything else: PostgreSQL refused a statement (e.g. permission denied), or an unexpected error. */
+  ERROR: 6,
+  /** Interrupted (SIGINT) before the command finished. */
+  INTERRUPTED: 130,
+} as const;
+
+export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
+
+/** An error the CLI reports as one line on stderr, exiting with `exitCode`. */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: ExitCode,
+  ) {
+    super(message);
+    this.name = 'CliError';
+  }
+}
+
+/** The exit codes as help text. */
+export const EXIT_CODES_HELP = `
+Exit codes:
+  0    success
+  1    verify: a guarantee FAILed, or could not be checked (N/A is not a pass)
+  2    usage: bad command, option or value; no database URL
+  3    PostgreSQL unreachable (refused, unknown host, no answer within --timeout, login refused)
+  4    schema: the records table is missing or has the wrong shape; verify may not create its scratch schema
+  5    inspect: no such record
+  6    other error (e.g. PostgreSQL refused a statement: permission denied)
+  130  interrupted`;

@@ -1,0 +1,80 @@
+import { Command } from 'commander';
+import { keyDigest } from '../core/key';
+import { IdempotencyRecordView } from '../core/store';
+import { serverNow, withStore } from './connection';
+import { CommandContext } from './context';
+import { CliError, ExitCode } from './exit-codes';
+import {
+  formatDuration,
+  instantWithRelative,
+  leaseLabel,
+  renderFields,
+  stateLabel,
+} from './format';
+import { recordJson } from './list';
+
+interface InspectOptions {
+  json?: boolean;
+}
+
+/**
+ * `inspect <scope> <key>`: the whole record, payload included, as stored (that
+ * is, after the module's `sanitize`). A read: nothing changes.
+ */
+export function addInspectCommand(program: Command, context: CommandContext): void {
+  program
+    .command('inspect')
+    .description('show one record, payload included (reads only)')
+    .argument('<scope>', 'the record scope, e.g. PaymentsController.create')
+    .argument('<key>', 'the idempotency key, as the client sent it')
+    .option('--json', 'print JSON; includes the raw key')
+    .action(async (scope: string, key: string, options: InspectOptions, command: Command) => {
+      if (!scope) throw new CliError('<scope> must not be empty', ExitCode.USAGE);
+      if (!key) throw new CliError('<key> must not be empty', ExitCode.USAGE);
+      const connection = context.connection(command);
+      await withStore(connection, async (store, dataSource) => {
+        const record = await store.find({ scope, key });
+        const where = `${connection.schema}.${connection.table}`;
+        if (!record) {
+          throw new CliError(
+            `no record for ${keyDigest(scope, key)} in ${where}`,
+            ExitCode.NOT_FOUND,
+          );
+        }
+        const now = await serverNow(dataSource, connection.timeoutMs);
+        if (options.json) {
+          context.printJson({
+            table: where,
+            serverTime: now.toISOString(),
+            record: {
+              ...recordJson(record, now),
+              ...(record.payload === undefined ? {} : { payload: record.payload }),
+            },
+          });
+          return;
+        }
+        context.print(renderFields(fields(record, now)));
+        context.print(payloadText(record));
+      });
+    });
+}
+
+function fields(record: IdempotencyRecordView, now: Date): Array<[string, string]> {
+  return [
+    ['scope', record.scope],
+    ['key digest', keyDigest(record.scope, record.key)],
+    ['state', stateLabel(record, now)],
+    ['lease', leaseLabel(record, now)],
+    ['expires', instantWithRelative(record.expiresAt, now)],
+    ['created', instantWithRelative(record.createdAt, now)],
+    ['age', formatDuration(Math.max(0, now.getTime() - record.createdAt.getTime()))],
+    ['completed', record.completedAt ? instantWithRelative(record.completedAt, now) : '-'],
+    ['fingerprint', record.fingerprint ?? '-'],
+  ];
+}
+
+function payloadText(record: IdempotencyRecordView): string {
+  if (record.state !== 'COMPLETE') return 'payload: none yet (the action has not completed)';
+  if (record.payload === undefined) return 'payload: undefined (the action returned nothing)';
+  return `payload (as stored, after sanitize):\n${JSON.stringify(record.payload, null, 2)}`;
+}

@@ -1,0 +1,53 @@
+import { Command } from 'commander';
+import { wholeNumber } from './arguments';
+import { withStore } from './connection';
+import { CommandContext } from './context';
+import { plural } from './format';
+
+interface PurgeOptions {
+  dryRun?: boolean;
+  limit?: number;
+  json?: boolean;
+}
+
+export const PURGE_RULE =
+  'COMPLETE records past their TTL; IN_PROGRESS records past both their TTL and their lease';
+
+/**
+ * `purge`: `store.purgeExpired` from the command line. `--dry-run` counts what
+ * would go by the same rule with a plain SELECT, deleting and locking nothing.
+ */
+export function addPurgeCommand(program: Command, context: CommandContext): void {
+  program
+    .command('purge')
+    .description(`delete expired records: ${PURGE_RULE}`)
+    .option('--dry-run', 'count what would be purged; delete nothing')
+    .option('--limit <n>', 'purge (or count) at most this many records', wholeNumber(1, 1e9))
+    .option('--json', 'print JSON')
+    .action(async (options: PurgeOptions, command: Command) => {
+      const connection = context.connection(command);
+      await withStore(connection, async (store) => {
+        const limit = options.limit;
+        const count = options.dryRun
+          ? await store.countExpired({ limit })
+          : await store.purgeExpired({ limit });
+        const where = `${connection.schema}.${connection.table}`;
+        if (options.json) {
+          context.printJson({
+            table: where,
+            dryRun: options.dryRun === true,
+            count,
+            limit: limit ?? null,
+          });
+          return;
+        }
+        const bounded = limit === undefined ? '' : ` (limit ${limit})`;
+        context.print(
+          options.dryRun
+            ? `dry run: ${plural(count, 'record')} would be purged from ${where}${bounded}; nothing was deleted`
+            : `purged ${plural(count, 'record')} from ${where}${bounded}`,
+        );
+        context.print(`rule: ${PURGE_RULE}`);
+      });
+    });
+}
