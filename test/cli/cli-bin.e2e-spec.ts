@@ -1,0 +1,122 @@
+import { execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { DataSource } from 'typeorm';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { createRecordsTable, schemaExists } from './cli-harness';
+
+const ROOT = join(__dirname, '..', '..');
+const BIN = join(ROOT, 'node_modules', '.bin', 'nest-idempotency');
+
+interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the installed bin as a child process. `whileRunning` may act on it before it exits. */
+function run(
+  args: string[],
+  env: Record<string, string> = { DATABASE_URL: testDatabaseUrl() },
+  whileRunning?: (child: ReturnType<typeof spawn>) => Promise<void>,
+): Promise<Exit> {
+  const child = spawn(BIN, args, {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk) => (stdout += chunk));
+  child.stderr!.on('data', (chunk) => (stderr += chunk));
+  const exited = new Promise<Exit>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+  return whileRunning ? Promise.all([exited, whileRunning(child)]).then(([exit]) => exit) : exited;
+}
+
+describe('the nest-idempotency bin (a child process)', () => {
+  let admin: DataSource;
+  const schema = scratchSchema('cli_bin');
+
+  beforeAll(async () => {
+    // The bin runs the built library: build it from the sources under test.
+    await promisify(execFile)(
+      process.execPath,
+      [require.resolve('typescript/bin/tsc'), '-p', 'libs/idempotency/tsconfig.lib.json'],
+      { cwd: ROOT },
+    );
+    if (!existsSync(BIN)) {
+      throw new Error(`${BIN} is missing: run npm ci (the root devDependency links the bin)`);
+    }
+    admin = await openDataSource();
+    await createRecordsTable(admin, schema);
+    const store = new TypeOrmIdempotencyStore(admin, { schema });
+    await store.tryAcquire({
+      scope: 'Bin.s',
+      key: 'bin-raw-key',
+      leaseMs: 60_000,
+      ttlMs: 60_000,
+      waitTimeoutMs: 0,
+    });
+    await store.close();
+  }, 120_000);
+  afterAll(async () => {
+    if (admin) await dropSchema(admin, schema);
+    await admin?.destroy();
+  });
+
+  it('prints its help and exits 0', async () => {
+    const exit = await run(['--help'], {});
+    expect(exit).toMatchObject({ code: 0, stderr: '' });
+    expect(exit.stdout).toMatch(/^Usage: nest-idempotency \[options\] \[command\]/);
+  });
+
+  it('lists records from DATABASE_URL and exits 0', async () => {
+    const exit = await run(['--schema', schema, 'list', '--json']);
+    expect(exit).toMatchObject({ code: 0, stderr: '' });
+    expect(JSON.parse(exit.stdout).records).toEqual([
+      expect.objectContaining({ scope: 'Bin.s', key: 'bin-raw-key', state: 'IN_PROGRESS' }),
+    ]);
+  });
+
+  it('exits 3 with one line and no stack trace when PostgreSQL is unreachable', async () => {
+    const exit = await run(['list'], { DATABASE_URL: 'postgres://u:pw@127.0.0.1:1/db' });
+    expect(exit.code).toBe(3);
+    expect(exit.stdout).toBe('');
+    expect(exit.stderr).toMatch(/^error: cannot reach PostgreSQL at 127\.0\.0\.1:1\/db: [^\n]+\n$/);
+  });
+
+  it('exits 4 when the table is missing', async () => {
+    const exit = await run(['--schema', `${schema}_absent`, 'list']);
+    expect(exit.code).toBe(4);
+    expect(exit.stderr).toMatch(/^error: table \S+ does not exist; [^\n]+\n$/);
+  });
+
+  it('on Ctrl-C during verify, finishes the current check, drops its scratch schema and exits 130', async () => {
+    let scratch = '';
+    const exit = await run(['verify'], { DATABASE_URL: testDatabaseUrl() }, async (child) => {
+      // Wait for the scratch schema to appear (nothing announces it), then interrupt.
+      const deadline = Date.now() + 20_000;
+      while (!scratch) {
+        if (Date.now() > deadline) throw new Error('verify created no scratch schema');
+        const rows = await admin.query(
+          `SELECT nspname FROM pg_namespace n JOIN pg_stat_activity a ON a.application_name = 'nest-idempotency-cli'
+           WHERE nspname LIKE 'nest_idempotency_verify_%' LIMIT 1`,
+        );
+        if (rows.length > 0) scratch = rows[0].nspname;
+        else await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      child.kill('SIGINT');
+    });
+    expect(exit.code).toBe(130);
+    expect(exit.stderr).toBe('error: interrupted\n');
+    expect(exit.stdout).toMatch(/NOT VERIFIED: interrupted after [0-7] of 8 checks/);
+    expect(exit.stdout).toContain(`scratch schema ${scratch} dropped.`);
+    expect(await schemaExists(admin, scratch)).toBe(false);
+  });
+});
