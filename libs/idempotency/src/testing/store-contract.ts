@@ -5,7 +5,7 @@ import { AcquireRequest, AcquireResult, IdempotencyStore } from '../core/store';
 export interface StoreContractHarness {
   store: IdempotencyStore;
   /** Called once after the suite. */
-  close?: () => Promise<void>;
+  close?: () => Promise<unknown>;
 }
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
