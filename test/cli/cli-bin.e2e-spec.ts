@@ -76,6 +76,16 @@ describe('the nest-idempotency bin (a child process)', () => {
     expect(exit.stdout).toMatch(/^Usage: nest-idempotency \[options\] \[command\]/);
   });
 
+  it('stops quietly when its output pipe is closed (| head), without a stack trace', async () => {
+    const child = spawn(BIN, ['--help'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout!.destroy(); // the reader is gone before the bin writes anything
+    let stderr = '';
+    child.stderr!.on('data', (chunk) => (stderr += chunk));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+  });
+
   it('lists records from DATABASE_URL and exits 0', async () => {
     const exit = await run(['--schema', schema, 'list', '--json']);
     expect(exit).toMatchObject({ code: 0, stderr: '' });

@@ -12,6 +12,13 @@ process.on('SIGINT', () => {
   controller.abort();
 });
 
+// Output piped into something that stopped reading (`| head`): stop quietly, no stack trace.
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (error: NodeJS.ErrnoException) => {
+    process.exit(error.code === 'EPIPE' ? Number(process.exitCode ?? 0) : ExitCode.ERROR);
+  });
+}
+
 function finish(code: number): void {
   process.exitCode = code;
   // Connections are closed by now; should anything still hold the process, do not hang.
