@@ -1,0 +1,63 @@
+// The application under test for `npm run bench:http`, in its own process.
+import 'reflect-metadata';
+import { Body, Controller, HttpCode, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { AddressInfo } from 'node:net';
+import { Idempotent, IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { DataSource } from 'typeorm';
+
+@Controller()
+class BenchController {
+  @Post('plain')
+  @HttpCode(200)
+  plain(@Body() body: { n: number }) {
+    return { ok: true, n: body.n };
+  }
+
+  @Post('idempotent')
+  @HttpCode(200)
+  @Idempotent()
+  idempotent(@Body() body: { n: number }) {
+    return { ok: true, n: body.n };
+  }
+}
+
+async function main() {
+  const dataSource = await new DataSource({
+    type: 'postgres',
+    url: process.env.DATABASE_URL,
+    extra: { max: Number(process.env.POOL_SIZE ?? 32) },
+  }).initialize();
+  const store = new TypeOrmIdempotencyStore(dataSource, { schema: process.env.BENCH_SCHEMA });
+
+  @Module({
+    imports: [IdempotencyModule.forRoot({ store, purge: false })],
+    controllers: [BenchController],
+  })
+  class BenchModule {}
+
+  const app =
+    process.env.ADAPTER === 'fastify'
+      ? await NestFactory.create(BenchModule, new FastifyAdapter(), { logger: false })
+      : await NestFactory.create(BenchModule, { logger: false });
+  await app.listen(0, '127.0.0.1');
+  const { port } = app.getHttpServer().address() as AddressInfo;
+  process.send?.({ port });
+  process.on('message', (message: { type?: string }) => {
+    if (message?.type === 'rss') process.send?.({ rss: process.memoryUsage().rss });
+  });
+  process.on(
+    'SIGTERM',
+    () =>
+      void app
+        .close()
+        .then(() => dataSource.destroy())
+        .then(() => process.exit(0)),
+  );
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
