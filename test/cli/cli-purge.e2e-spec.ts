@@ -3,7 +3,7 @@ import { AcquireRequest, TypeOrmIdempotencyStore } from 'nest-idempotency';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 import { cli, createRecordsTable, delay, tableSnapshot } from './cli-harness';
 
-const SHORT = 150;
+const SHORT = 300;
 const LONG = 3_600_000;
 
 describe('nest-idempotency purge', () => {

@@ -394,7 +394,7 @@ async function replay(bench: Bench): Promise<Graded> {
 async function steal(bench: Bench): Promise<Graded> {
   const scope = 'verify.steal';
   const key = randomUUID();
-  const leaseMs = 500;
+  const leaseMs = 1000;
   const first = await acquire(bench.a, scope, key, { leaseMs });
   const acquiredAt = performance.now();
   const early = await bench.b.tryAcquire(request(scope, key));
@@ -492,7 +492,7 @@ async function wake(bench: Bench): Promise<Graded> {
 async function purgeRules(bench: Bench): Promise<Graded> {
   const store = bench.purge;
   const scope = 'verify.purge';
-  const short = 300;
+  const short = 500;
   const id = (key: string): RecordId => ({ scope, key });
   const completeExpired = await acquire(store, scope, 'complete-expired');
   await store.complete(id('complete-expired'), completeExpired, 1, short);
