@@ -538,11 +538,13 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
         'waking the waiters by NOTIFY',
       );
       expect(results).toEqual(
-        Array.from({ length: 20 }, () => ({
-          kind: 'duplicate',
-          payload: { answer: 42 },
-          completedAt: expect.any(Date),
-        })),
+        Array.from({ length: 20 }, () =>
+          expect.objectContaining({
+            kind: 'duplicate',
+            payload: { answer: 42 },
+            completedAt: expect.any(Date),
+          }),
+        ),
       );
     });
   });

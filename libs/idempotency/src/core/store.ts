@@ -13,7 +13,15 @@ export interface AcquireRequest extends RecordId {
 
 export type AcquireResult =
   | { kind: 'acquired'; leaseId: string }
-  | { kind: 'duplicate'; payload: unknown; completedAt: Date }
+  | {
+      kind: 'duplicate';
+      payload: unknown;
+      completedAt: Date;
+      /** Optional: how long the record stays replayable, by the store's clock. Lets a local cache keep it no longer. */
+      expiresInMs?: number;
+      /** Optional: the record's fingerprint, so a cached copy can still refuse a mismatch. */
+      fingerprint?: string | null;
+    }
   | { kind: 'in-flight'; retryAfterMs: number }
   | { kind: 'fingerprint-mismatch' };
 

@@ -4,6 +4,7 @@ import { IdempotencyEngine } from '../core/engine';
 import { IdempotencyConfigError } from '../core/errors';
 import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
 import { IdempotencyStore } from '../core/store';
+import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
@@ -37,10 +38,13 @@ import { IdempotencyProblemFilter } from './http/problem';
       provide: IdempotencyEngine,
       inject: [IdempotencyStore, IDEMPOTENCY_MODULE_OPTIONS],
       useFactory: (store: IdempotencyStore, options: IdempotencyModuleOptions) =>
-        new IdempotencyEngine(store, {
-          logger: options.logger ?? new Logger('Idempotency'),
-          maxKeyLength: options.http?.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH,
-        }),
+        new IdempotencyEngine(
+          options.cache ? new ReplayCachingStore(store, options.cache) : store,
+          {
+            logger: options.logger ?? new Logger('Idempotency'),
+            maxKeyLength: options.http?.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH,
+          },
+        ),
     },
     IdempotencyExplorer,
     IdempotencyInterceptor,

@@ -2,6 +2,7 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { Duration } from '../core/duration';
 import type { IdempotencyLogger } from '../core/logger';
 import type { IdempotencyStore } from '../core/store';
+import type { ReplayCacheOptions } from '../stores/cache/replay-cache.store';
 
 /** What an HTTP replay needs: stored after the sanitizer ran, never with Set-Cookie or Authorization. */
 export interface StoredHttpResponse {
@@ -74,6 +75,11 @@ export interface IdempotencyModuleOptions {
    * to the CLI or your own scheduler.
    */
   purge?: IdempotencyPurgeOptions | false;
+  /**
+   * Keep COMPLETE records in process memory (bounded LRU) until their own
+   * expiry, so a replay touches no database. Off by default.
+   */
+  cache?: ReplayCacheOptions | false;
   logger?: IdempotencyLogger;
 }
 

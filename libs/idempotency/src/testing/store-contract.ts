@@ -71,7 +71,15 @@ export function describeIdempotencyStoreContract(
         const leaseId = await acquire('k');
         await store.complete({ scope, key: 'k' }, leaseId, payload, 60_000);
         const result = await store.tryAcquire(req('k'));
-        expect(result).toEqual({ kind: 'duplicate', payload, completedAt: expect.any(Date) });
+        expect(result).toMatchObject({ kind: 'duplicate', payload, completedAt: expect.any(Date) });
+        const duplicate = result as Extract<AcquireResult, { kind: 'duplicate' }>;
+        expect(duplicate.payload).toEqual(payload);
+        // Optional fields, checked when a store reports them.
+        if (duplicate.expiresInMs !== undefined) {
+          expect(duplicate.expiresInMs).toBeGreaterThan(50_000);
+          expect(duplicate.expiresInMs).toBeLessThanOrEqual(60_000);
+        }
+        if (duplicate.fingerprint !== undefined) expect(duplicate.fingerprint).toBeNull();
       });
 
       it.each([

@@ -79,6 +79,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
           kind: 'duplicate',
           payload: decodePayload(existing.payload),
           completedAt: new Date(existing.completedAt!),
+          expiresInMs: Math.max(0, existing.expiresAt - now),
+          fingerprint: existing.fingerprint,
         };
       }
       const leaseLeftMs = Math.max(0, existing.leaseExpiresAt! - now);

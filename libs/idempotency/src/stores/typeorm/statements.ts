@@ -56,13 +56,15 @@ export function buildStatements(name: TableName): Statements {
         RETURNING 1
       )
       SELECT 'acquired' AS outcome, NULL::text AS state, NULL::text AS fingerprint, NULL::jsonb AS payload,
-        NULL::timestamptz AS completed_at, NULL::double precision AS lease_left_ms, false AS stealable
+        NULL::timestamptz AS completed_at, NULL::double precision AS lease_left_ms,
+        NULL::double precision AS expires_left_ms, false AS stealable
       FROM stolen
       UNION ALL
-      SELECT 'acquired', NULL, NULL, NULL, NULL, NULL, false FROM inserted
+      SELECT 'acquired', NULL, NULL, NULL, NULL, NULL, NULL, false FROM inserted
       UNION ALL
       SELECT 'existing', state, fingerprint, CASE WHEN state = 'COMPLETE' THEN payload END, completed_at,
         greatest(0, extract(epoch FROM (lease_expires_at - now())) * 1000)::double precision,
+        greatest(0, extract(epoch FROM (expires_at - now())) * 1000)::double precision,
         ${STEALABLE}
       FROM ${t}
       WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM stolen) AND NOT EXISTS (SELECT 1 FROM inserted)`,

@@ -53,6 +53,7 @@ interface AcquireRow {
   payload: unknown;
   completed_at: Date | null;
   lease_left_ms: number | null;
+  expires_left_ms: number | null;
   stealable: boolean;
 }
 
@@ -167,6 +168,8 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
             kind: 'duplicate',
             payload: decodePayload(row.payload),
             completedAt: row.completed_at!,
+            expiresInMs: Math.floor(row.expires_left_ms ?? 0),
+            fingerprint: row.fingerprint,
           };
         }
         const leaseLeftMs = Math.ceil(row.lease_left_ms ?? 0);
