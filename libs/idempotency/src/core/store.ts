@@ -70,5 +70,8 @@ export interface IdempotencyStore {
   close?(): Promise<void>;
 }
 
+/** Default bound on duplicates parked in one process; past it a duplicate is told "in flight" at once. */
+export const DEFAULT_MAX_WAITERS = 10_000;
+
 /** Injection token for the store (same name as the interface, as `@nestjs/throttler` does). */
 export const IdempotencyStore = Symbol('IdempotencyStore');

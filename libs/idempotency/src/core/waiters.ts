@@ -5,6 +5,7 @@
  */
 export class WaiterRegistry {
   private readonly tickets = new Map<string, Set<WaitTicket>>();
+  private count = 0;
 
   register(id: string): WaitTicket {
     const ticket = new WaitTicket(() => this.remove(id, ticket));
@@ -14,6 +15,7 @@ export class WaiterRegistry {
       this.tickets.set(id, set);
     }
     set.add(ticket);
+    this.count++;
     return ticket;
   }
 
@@ -26,16 +28,15 @@ export class WaiterRegistry {
     for (const set of this.tickets.values()) for (const ticket of set) ticket.fire();
   }
 
+  /** Tickets held right now. */
   get size(): number {
-    let n = 0;
-    for (const set of this.tickets.values()) n += set.size;
-    return n;
+    return this.count;
   }
 
   private remove(id: string, ticket: WaitTicket): void {
     const set = this.tickets.get(id);
-    if (!set) return;
-    set.delete(ticket);
+    if (!set || !set.delete(ticket)) return;
+    this.count--;
     if (set.size === 0) this.tickets.delete(id);
   }
 }

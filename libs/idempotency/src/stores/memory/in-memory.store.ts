@@ -4,6 +4,7 @@ import { decodePayload, DEFAULT_MAX_PAYLOAD_BYTES, encodePayload } from '../../c
 import {
   AcquireRequest,
   AcquireResult,
+  DEFAULT_MAX_WAITERS,
   IdempotencyRecordView,
   IdempotencyStore,
   ListFilter,
@@ -26,6 +27,8 @@ interface MemoryRecord {
 
 export interface InMemoryIdempotencyStoreOptions {
   maxPayloadBytes?: number;
+  /** Most duplicates parked waiting at once; one more is answered `in-flight` at once. Default 10,000. */
+  maxWaiters?: number;
   /** Clock in epoch milliseconds; replaceable for model tests. */
   now?: () => number;
 }
@@ -38,10 +41,12 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   private readonly records = new Map<string, MemoryRecord>();
   private readonly waiters = new WaiterRegistry();
   private readonly maxPayloadBytes: number;
+  private readonly maxWaiters: number;
   private readonly now: () => number;
 
   constructor(options: InMemoryIdempotencyStoreOptions = {}) {
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+    this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;
     this.now = options.now ?? Date.now;
   }
 
@@ -85,7 +90,10 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       }
       const leaseLeftMs = Math.max(0, existing.leaseExpiresAt! - now);
       const waitLeftMs = deadline - Date.now();
-      if (waitLeftMs <= 0) return { kind: 'in-flight', retryAfterMs: leaseLeftMs };
+      // Past the cap, answer at once rather than hold memory for one more waiter.
+      if (waitLeftMs <= 0 || this.waiters.size >= this.maxWaiters) {
+        return { kind: 'in-flight', retryAfterMs: leaseLeftMs };
+      }
       const ticket = this.waiters.register(id);
       try {
         // Wake at the holder's completion or release, at lease expiry (to steal), or when our wait ends.

@@ -11,6 +11,7 @@ import { decodePayload, DEFAULT_MAX_PAYLOAD_BYTES, encodePayload } from '../../c
 import {
   AcquireRequest,
   AcquireResult,
+  DEFAULT_MAX_WAITERS,
   IdempotencyRecordView,
   IdempotencyStore,
   ListFilter,
@@ -39,6 +40,11 @@ export interface TypeOrmIdempotencyStoreOptions {
   ensureSchema?: boolean;
   /** Largest serialized result the store accepts. Default 1 MiB. */
   maxPayloadBytes?: number;
+  /**
+   * Most duplicates parked waiting in this process at once. One more is answered
+   * `in-flight` straight away instead of holding memory. Default 10,000.
+   */
+  maxWaiters?: number;
   /** Bound on any one store call (including waiting for a pooled connection). Default 5000 ms. */
   operationTimeoutMs?: number;
   /** Fallback poll for waiting duplicates when a notification is missed. Default 1000 ms. */
@@ -82,6 +88,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   private readonly channel: string;
   private readonly waiters = new WaiterRegistry();
   private readonly maxPayloadBytes: number;
+  private readonly maxWaiters: number;
   private readonly timeoutMs: number;
   private readonly pollIntervalMs: number;
   private readonly logger: IdempotencyLogger;
@@ -104,6 +111,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     this.sql = buildStatements(this.tableName);
     this.channel = channelFor(this.tableName);
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+    this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;
     this.timeoutMs = options.operationTimeoutMs ?? 5000;
     this.pollIntervalMs = options.pollIntervalMs ?? 1000;
     this.logger = options.logger ?? {
@@ -174,7 +182,9 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
         }
         const leaseLeftMs = Math.ceil(row.lease_left_ms ?? 0);
         const waitLeftMs = deadline - Date.now();
-        if (!ticket || waitLeftMs <= 0) return { kind: 'in-flight', retryAfterMs: leaseLeftMs };
+        if (!ticket || waitLeftMs <= 0 || this.waiters.size > this.maxWaiters) {
+          return { kind: 'in-flight', retryAfterMs: leaseLeftMs };
+        }
         const poll = this.listener?.listening
           ? this.pollIntervalMs
           : Math.min(this.pollIntervalMs, 100);
