@@ -12,7 +12,8 @@ import type { IdempotencyModuleOptions } from './idempotency.options';
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown {
-  private readonly plans = new Map<object, HandlerPlan | null>();
+  /** Per controller class, then per handler function: one function may serve several controllers. */
+  private readonly plans = new Map<object, Map<object, HandlerPlan | null>>();
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -38,14 +39,37 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   }
 
   /** The plan for a handler, compiled on first sight if bootstrap did not see it. */
-  planFor(classRef: { name: string; prototype: object }, methodName: string): HandlerPlan | null {
+  planFor(classRef: ClassRef, methodName: string): HandlerPlan | null {
     const handler = (classRef.prototype as Record<string, object>)[methodName];
-    if (this.plans.has(handler)) return this.plans.get(handler)!;
+    const plans = this.plansOf(classRef);
+    if (plans.has(handler)) return plans.get(handler)!;
     const decorated = isHandler(handler) ? readIdempotentOptions(classRef, handler) : undefined;
     const plan = decorated
       ? compileHandlerPlan(classRef, methodName, decorated, this.options)
       : null;
-    this.plans.set(handler, plan);
+    plans.set(handler, plan);
     return plan;
   }
+
+  /**
+   * The plan for the function Nest calls (`context.getHandler()`), found by
+   * identity rather than by its name, which a wrapping method decorator may change.
+   */
+  planForHandler(classRef: ClassRef, handler: object): HandlerPlan | null {
+    const known = this.plansOf(classRef).get(handler);
+    if (known !== undefined) return known;
+    const prototype = classRef.prototype as Record<string, unknown>;
+    const methodName = this.scanner
+      .getAllMethodNames(prototype)
+      .find((name) => prototype[name] === handler);
+    return methodName === undefined ? null : this.planFor(classRef, methodName);
+  }
+
+  private plansOf(classRef: ClassRef): Map<object, HandlerPlan | null> {
+    let plans = this.plans.get(classRef);
+    if (!plans) this.plans.set(classRef, (plans = new Map()));
+    return plans;
+  }
 }
+
+type ClassRef = { name: string; prototype: object };

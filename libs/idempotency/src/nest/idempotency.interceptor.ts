@@ -68,7 +68,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const plan = this.explorer.planFor(context.getClass(), context.getHandler().name);
+    const plan = this.explorer.planForHandler(context.getClass(), context.getHandler());
     if (!plan) return next.handle();
     switch (context.getType()) {
       case 'http':
