@@ -1,0 +1,365 @@
+import { inspect, isDeepStrictEqual } from 'node:util';
+import fc from 'fast-check';
+import { IdempotencyLeaseLostError, RecordId } from 'nest-idempotency';
+import {
+  AcquireOutcome,
+  Expected,
+  Fingerprint,
+  HeldOutcome,
+  Key,
+  KEYS,
+  LeaseNo,
+  LifecycleModel,
+  NEVER_ISSUED,
+} from './lifecycle-model';
+import { LEASE_MS, snapshotOf, StoreUnderTest, TTL_MS } from './stores-under-test';
+
+/** A well-formed lease id (the PostgreSQL column is a uuid) that no acquisition returns. */
+const NEVER_ISSUED_ID = '00000000-0000-4000-8000-000000000000';
+
+/** One store within one run: its fresh scope and the lease ids it returned, by model lease number. */
+export interface StoreSession {
+  readonly sut: StoreUnderTest;
+  readonly scope: string;
+  readonly leases: string[];
+}
+
+/**
+ * The system under test of one run: every store, driven in lockstep with the
+ * model. After each command it compares each store's outcome with the model's,
+ * then every key's `find()` with the model's snapshot, and fails with the whole
+ * run so far.
+ */
+export class ModelRun {
+  private readonly log: string[] = [];
+
+  constructor(
+    private readonly sessions: StoreSession[],
+    /** Labels of the lifecycle edges exercised, counted over every run (see the spec). */
+    private readonly coverage: Map<string, number>,
+  ) {}
+
+  async step(command: LifecycleCommand, model: LifecycleModel): Promise<void> {
+    const lease = command.lease(model);
+    const expected = command.onModel(model, lease);
+    for (const label of expected.labels) {
+      this.coverage.set(label, (this.coverage.get(label) ?? 0) + 1);
+    }
+    // An unexpected error is an answer like any other: reported with the run so far.
+    const actual = await Promise.all(
+      this.sessions.map((session) =>
+        command
+          .onStore(session, leaseIdOf(session, lease))
+          .catch((error: Error) => ({ threw: `${error.name}: ${error.message}` })),
+      ),
+    );
+    const leaseNote =
+      lease === undefined ? '' : lease === NEVER_ISSUED ? ' [never issued]' : ` [lease #${lease}]`;
+    this.log.push(`${this.log.length + 1}. ${command}${leaseNote} → ${show(expected.outcome)}`);
+    this.sessions.forEach((session, i) => {
+      if (!isDeepStrictEqual(actual[i], expected.outcome)) {
+        this.fail(`${session.sut.name} answered ${show(actual[i])}`);
+      }
+    });
+    for (const key of KEYS) {
+      const want = model.snapshot(key);
+      for (const session of this.sessions) {
+        const id: RecordId = { scope: session.scope, key };
+        const got = snapshotOf(await session.sut.store.find(id), id);
+        if (!isDeepStrictEqual(got, want)) {
+          this.fail(`then ${session.sut.name} find(${key}) = ${show(got)}; model: ${show(want)}`);
+        }
+      }
+    }
+  }
+
+  private fail(what: string): never {
+    throw new Error(
+      `a store disagrees with the lifecycle model at step ${this.log.length}: ${what}\n` +
+        `Steps of this run (→ what the model expects; [lease #n] = the n-th lease issued):\n  ` +
+        this.log.join('\n  '),
+    );
+  }
+}
+
+function leaseIdOf(session: StoreSession, lease: LeaseNo | undefined): string | undefined {
+  if (lease === undefined) return undefined;
+  return lease === NEVER_ISSUED ? NEVER_ISSUED_ID : session.leases[lease];
+}
+
+function show(value: unknown): string {
+  return inspect(value, { depth: null, breakLength: Infinity });
+}
+
+/** Which lease id a complete/release/extend presents. */
+export type LeaseRef =
+  | { kind: 'current' } // the key's holder, else its last (stale) lease, else the newest of any key
+  | { kind: 'previous' } // the key's lease before that one (a stale owner after a steal), else as current
+  | { kind: 'issued'; n: number } // any lease of this run, any key: n modulo the number issued
+  | { kind: 'never' }; // a lease id no acquisition returned
+
+/** Falls back as the comments above say, so few commands are wasted on a key that never had a lease. */
+function resolve(ref: LeaseRef, model: LifecycleModel, key: Key): LeaseNo {
+  if (ref.kind === 'never' || model.leasesIssued === 0) return NEVER_ISSUED;
+  if (ref.kind === 'issued') return ref.n % model.leasesIssued;
+  const previous = ref.kind === 'previous' ? model.previousLease(key) : NEVER_ISSUED;
+  if (previous !== NEVER_ISSUED) return previous;
+  const current = model.currentOrLastLease(key);
+  return current !== NEVER_ISSUED ? current : model.leasesIssued - 1;
+}
+
+function describeRef(ref: LeaseRef): string {
+  return ref.kind === 'issued' ? `issued lease ${ref.n}` : `${ref.kind} lease`;
+}
+
+abstract class LifecycleCommand implements fc.AsyncCommand<LifecycleModel, ModelRun> {
+  check(): boolean {
+    return true; // every command is legal in every state; the model says what it must do
+  }
+
+  run(model: LifecycleModel, real: ModelRun): Promise<void> {
+    return real.step(this, model);
+  }
+
+  /** The lease this command presents, resolved against the model before it changes. */
+  lease(_model: LifecycleModel): LeaseNo | undefined {
+    return undefined;
+  }
+
+  abstract onModel(model: LifecycleModel, lease: LeaseNo | undefined): Expected<unknown>;
+  abstract onStore(session: StoreSession, leaseId: string | undefined): Promise<unknown>;
+  abstract toString(): string;
+}
+
+class Acquire extends LifecycleCommand {
+  constructor(
+    readonly key: Key,
+    readonly fingerprint: Fingerprint | undefined,
+  ) {
+    super();
+  }
+
+  onModel(model: LifecycleModel): Expected<AcquireOutcome> {
+    return model.acquire(this.key, this.fingerprint);
+  }
+
+  async onStore(session: StoreSession): Promise<AcquireOutcome | { unexpected: unknown }> {
+    const result = await session.sut.store.tryAcquire({
+      scope: session.scope,
+      key: this.key,
+      leaseMs: LEASE_MS,
+      ttlMs: TTL_MS,
+      waitTimeoutMs: 0,
+      ...(this.fingerprint ? { fingerprint: this.fingerprint } : {}),
+    });
+    switch (result.kind) {
+      case 'acquired':
+        session.leases.push(result.leaseId);
+        return { kind: 'acquired' };
+      case 'duplicate':
+        if (!(result.completedAt instanceof Date)) return { unexpected: result };
+        return { kind: 'duplicate', payload: result.payload };
+      case 'in-flight':
+        if (!(result.retryAfterMs > 0 && result.retryAfterMs <= LEASE_MS)) {
+          return { unexpected: result };
+        }
+        return { kind: 'in-flight', retryAfterWithinLease: true };
+      default:
+        return result;
+    }
+  }
+
+  toString(): string {
+    return `acquire(${this.key}${this.fingerprint ? `, ${this.fingerprint}` : ''})`;
+  }
+}
+
+/** complete/release: done, or refused with IdempotencyLeaseLostError; anything else fails the run. */
+async function held(operation: Promise<void>): Promise<HeldOutcome> {
+  try {
+    await operation;
+    return 'done';
+  } catch (error) {
+    if (error instanceof IdempotencyLeaseLostError) return 'lease-lost';
+    throw error;
+  }
+}
+
+abstract class WithLease extends LifecycleCommand {
+  constructor(
+    readonly key: Key,
+    readonly ref: LeaseRef,
+  ) {
+    super();
+  }
+
+  override lease(model: LifecycleModel): LeaseNo {
+    return resolve(this.ref, model, this.key);
+  }
+}
+
+class Complete extends WithLease {
+  constructor(
+    key: Key,
+    ref: LeaseRef,
+    readonly payload: unknown,
+  ) {
+    super(key, ref);
+  }
+
+  onModel(model: LifecycleModel, lease: LeaseNo): Expected<HeldOutcome> {
+    return model.complete(this.key, lease, this.payload);
+  }
+
+  onStore(session: StoreSession, leaseId: string): Promise<HeldOutcome> {
+    const id = { scope: session.scope, key: this.key };
+    return held(session.sut.store.complete(id, leaseId, this.payload, TTL_MS));
+  }
+
+  toString(): string {
+    return `complete(${this.key}, ${describeRef(this.ref)}, ${fc.stringify(this.payload)})`;
+  }
+}
+
+class Release extends WithLease {
+  onModel(model: LifecycleModel, lease: LeaseNo): Expected<HeldOutcome> {
+    return model.release(this.key, lease);
+  }
+
+  onStore(session: StoreSession, leaseId: string): Promise<HeldOutcome> {
+    return held(session.sut.store.release({ scope: session.scope, key: this.key }, leaseId));
+  }
+
+  toString(): string {
+    return `release(${this.key}, ${describeRef(this.ref)})`;
+  }
+}
+
+class Extend extends WithLease {
+  onModel(model: LifecycleModel, lease: LeaseNo): Expected<boolean> {
+    return model.extend(this.key, lease);
+  }
+
+  onStore(session: StoreSession, leaseId: string): Promise<boolean> {
+    return session.sut.store.extend({ scope: session.scope, key: this.key }, leaseId, LEASE_MS);
+  }
+
+  toString(): string {
+    return `extend(${this.key}, ${describeRef(this.ref)})`;
+  }
+}
+
+class ExpireLease extends LifecycleCommand {
+  constructor(readonly key: Key) {
+    super();
+  }
+
+  onModel(model: LifecycleModel): Expected<number> {
+    return model.expireLease(this.key);
+  }
+
+  onStore(session: StoreSession): Promise<number> {
+    return session.sut.expireLease({ scope: session.scope, key: this.key });
+  }
+
+  toString(): string {
+    return `expireLease(${this.key})`;
+  }
+}
+
+class ExpireTtl extends LifecycleCommand {
+  constructor(readonly key: Key) {
+    super();
+  }
+
+  onModel(model: LifecycleModel): Expected<number> {
+    return model.expireTtl(this.key);
+  }
+
+  onStore(session: StoreSession): Promise<number> {
+    return session.sut.expireTtl({ scope: session.scope, key: this.key });
+  }
+
+  toString(): string {
+    return `expireTtl(${this.key})`;
+  }
+}
+
+/**
+ * `purgeExpired()` without a limit. It purges the whole table, so the spec
+ * empties its scratch schema before each run: the count is then this run's alone.
+ * (With a limit, *which* records go first is store-specific, so the model could
+ * only predict the count, not the states that follow.)
+ */
+class Purge extends LifecycleCommand {
+  onModel(model: LifecycleModel): Expected<number> {
+    return model.purge();
+  }
+
+  onStore(session: StoreSession): Promise<number> {
+    return session.sut.store.purgeExpired();
+  }
+
+  toString(): string {
+    return 'purge()';
+  }
+}
+
+const key = fc.constantFrom(...KEYS);
+const fingerprint = fc.constantFrom<Fingerprint | undefined>(undefined, 'f1', 'f2');
+const leaseRef: fc.Arbitrary<LeaseRef> = fc.oneof(
+  { weight: 4, arbitrary: fc.constant({ kind: 'current' as const }) },
+  { weight: 3, arbitrary: fc.constant({ kind: 'previous' as const }) },
+  { weight: 2, arbitrary: fc.nat({ max: 50 }).map((n) => ({ kind: 'issued' as const, n })) },
+  { weight: 1, arbitrary: fc.constant({ kind: 'never' as const }) },
+);
+/** Small JSON-safe results, including `undefined` (a handler that returns nothing) and `null`. */
+const payload = fc.oneof(
+  fc.constant(undefined),
+  fc.constant(null),
+  fc.integer({ min: -1000, max: 1000 }),
+  fc.string({ maxLength: 6 }),
+  fc.record(
+    {
+      status: fc.constantFrom(200, 201, 409),
+      body: fc.array(fc.string({ maxLength: 4 }), { maxLength: 3 }),
+    },
+    { noNullPrototype: true }, // a replay is plain JSON; compare like with like
+  ),
+);
+
+const acquire = fc.tuple(key, fingerprint).map(([k, f]) => new Acquire(k, f));
+const complete = fc.tuple(key, leaseRef, payload).map(([k, r, p]) => new Complete(k, r, p));
+const expireLease = key.map((k) => new ExpireLease(k));
+const expireTtl = key.map((k) => new ExpireTtl(k));
+const purge = fc.constant(new Purge());
+
+/**
+ * Random interleavings of up to `maxCommands` commands (any length up to it,
+ * not fast-check's small default), shrunk by its command shrinker. A command's
+ * arbitrary appears once per unit of weight: acquisitions keep the two keys
+ * busy, and expiries and purges come often enough that the deep edges (a steal,
+ * a stale owner fenced out, purge sparing a live lease) turn up in most suites.
+ */
+export function lifecycleCommands(
+  maxCommands: number,
+): fc.Arbitrary<Iterable<fc.AsyncCommand<LifecycleModel, ModelRun>>> {
+  return fc.commands<LifecycleModel, ModelRun, false>(
+    [
+      acquire,
+      acquire,
+      acquire,
+      complete,
+      complete,
+      fc.tuple(key, leaseRef).map(([k, r]) => new Release(k, r)),
+      fc.tuple(key, leaseRef).map(([k, r]) => new Extend(k, r)),
+      expireLease,
+      expireLease,
+      expireTtl,
+      expireTtl,
+      purge,
+      purge,
+    ],
+    { maxCommands, size: 'max' },
+  );
+}

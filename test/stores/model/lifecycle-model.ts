@@ -1,0 +1,219 @@
+/**
+ * A reference model of one scope's records, small enough to check by eye against
+ * the lifecycle: absent / IN_PROGRESS / COMPLETE; acquire, complete, release,
+ * extend, steal after lease expiry, purge; fencing by lease; a COMPLETE record past
+ * its TTL is absent to the next acquisition.
+ *
+ * Time is discrete. Leases and TTLs are long (minutes to an hour), so nothing
+ * expires by itself while a run lasts; a lease or a TTL runs out only when a
+ * command says so ("expire the lease of k0"), which flips one boolean here and
+ * moves one deadline into the past in each store (see stores-under-test.ts).
+ */
+
+/** Two keys: enough for purge counts and cross-key leases, few enough that each stays busy. */
+export const KEYS = ['k0', 'k1'] as const;
+export type Key = (typeof KEYS)[number];
+
+export type Fingerprint = 'f1' | 'f2';
+
+/** A lease, numbered in the order acquisitions returned it within one run. */
+export type LeaseNo = number;
+/** A well-formed lease id that no acquisition ever returned. */
+export const NEVER_ISSUED: LeaseNo = -1;
+
+export type ModelRecord =
+  | {
+      state: 'IN_PROGRESS';
+      lease: LeaseNo;
+      fingerprint: string | null;
+      leaseExpired: boolean;
+      ttlExpired: boolean;
+    }
+  | { state: 'COMPLETE'; payload: unknown; fingerprint: string | null; ttlExpired: boolean };
+
+/**
+ * What a test sees of one key through `find()`, reduced to what the model knows.
+ * Stores map their views to this shape (`snapshotOf`), so the two compare deep-equal.
+ */
+export type Snapshot =
+  | null
+  | { state: 'IN_PROGRESS'; fingerprint: string | null; leaseExpired: boolean; ttlExpired: boolean }
+  | { state: 'COMPLETE'; fingerprint: string | null; payload: unknown; ttlExpired: boolean };
+
+/** `tryAcquire` with `waitTimeoutMs: 0`, reduced the same way. */
+export type AcquireOutcome =
+  | { kind: 'acquired' }
+  | { kind: 'duplicate'; payload: unknown }
+  | { kind: 'in-flight'; retryAfterWithinLease: true }
+  | { kind: 'fingerprint-mismatch' };
+
+/** `complete` and `release` either succeed or throw `IdempotencyLeaseLostError`. */
+export type HeldOutcome = 'done' | 'lease-lost';
+
+/** An expected outcome and a label saying which edge of the lifecycle it exercised. */
+export interface Expected<T> {
+  outcome: T;
+  labels: string[];
+}
+
+export class LifecycleModel {
+  private readonly records = new Map<Key, ModelRecord>();
+  /** The key each lease was issued for, by lease number. */
+  private readonly leaseKeys: Key[] = [];
+
+  get leasesIssued(): number {
+    return this.leaseKeys.length;
+  }
+
+  /** The lease holding `key` now, else the last one issued for it (stale), else none. */
+  currentOrLastLease(key: Key): LeaseNo {
+    const record = this.records.get(key);
+    if (record?.state === 'IN_PROGRESS') return record.lease;
+    return this.leaseKeys.lastIndexOf(key);
+  }
+
+  /** The lease issued for `key` before `currentOrLastLease(key)`, else none. */
+  previousLease(key: Key): LeaseNo {
+    const last = this.currentOrLastLease(key);
+    return last <= 0 ? NEVER_ISSUED : this.leaseKeys.lastIndexOf(key, last - 1);
+  }
+
+  snapshot(key: Key): Snapshot {
+    const record = this.records.get(key);
+    if (!record) return null;
+    return record.state === 'IN_PROGRESS'
+      ? {
+          state: 'IN_PROGRESS',
+          fingerprint: record.fingerprint,
+          leaseExpired: record.leaseExpired,
+          ttlExpired: record.ttlExpired,
+        }
+      : {
+          state: 'COMPLETE',
+          fingerprint: record.fingerprint,
+          payload: record.payload,
+          ttlExpired: record.ttlExpired,
+        };
+  }
+
+  acquire(key: Key, fingerprint: Fingerprint | undefined): Expected<AcquireOutcome> {
+    const record = this.records.get(key);
+    // Stealable: an expired lease, or a COMPLETE record past its TTL. A steal
+    // starts over, so it ignores the old fingerprint.
+    const stealable =
+      record !== undefined &&
+      (record.state === 'IN_PROGRESS' ? record.leaseExpired : record.ttlExpired);
+    if (!record || stealable) {
+      this.records.set(key, {
+        state: 'IN_PROGRESS',
+        lease: this.leaseKeys.push(key) - 1,
+        fingerprint: fingerprint ?? null,
+        leaseExpired: false,
+        ttlExpired: false,
+      });
+      const how = !record
+        ? 'absent'
+        : record.state === 'IN_PROGRESS'
+          ? 'stole an expired lease'
+          : 'replaced a COMPLETE record past its TTL';
+      return { outcome: { kind: 'acquired' }, labels: [`acquire → acquired (${how})`] };
+    }
+    if (fingerprint && record.fingerprint && fingerprint !== record.fingerprint) {
+      return {
+        outcome: { kind: 'fingerprint-mismatch' },
+        labels: [`acquire → fingerprint-mismatch (${record.state})`],
+      };
+    }
+    if (record.state === 'COMPLETE') {
+      return {
+        outcome: { kind: 'duplicate', payload: record.payload },
+        labels: ['acquire → duplicate'],
+      };
+    }
+    return {
+      outcome: { kind: 'in-flight', retryAfterWithinLease: true },
+      labels: [`acquire → in-flight${record.ttlExpired ? ' (past its TTL, lease live)' : ''}`],
+    };
+  }
+
+  /** Allowed only while the record is IN_PROGRESS under `lease`, even if that lease has run out unstolen. */
+  complete(key: Key, lease: LeaseNo, payload: unknown): Expected<HeldOutcome> {
+    const refusal = this.refusal(key, lease);
+    if (refusal) return { outcome: 'lease-lost', labels: [`complete → lease-lost (${refusal})`] };
+    const held = this.records.get(key) as Extract<ModelRecord, { state: 'IN_PROGRESS' }>;
+    this.records.set(key, {
+      state: 'COMPLETE',
+      payload,
+      fingerprint: held.fingerprint,
+      ttlExpired: false,
+    });
+    return {
+      outcome: 'done',
+      labels: [`complete → done${held.leaseExpired ? ' (lease expired, not stolen)' : ''}`],
+    };
+  }
+
+  /** A released record is gone, as if never used. */
+  release(key: Key, lease: LeaseNo): Expected<HeldOutcome> {
+    const refusal = this.refusal(key, lease);
+    if (refusal) return { outcome: 'lease-lost', labels: [`release → lease-lost (${refusal})`] };
+    this.records.delete(key);
+    return { outcome: 'done', labels: ['release → done'] };
+  }
+
+  /** Renews the lease (not the TTL); false where complete/release would be refused. */
+  extend(key: Key, lease: LeaseNo): Expected<boolean> {
+    const refusal = this.refusal(key, lease);
+    if (refusal) return { outcome: false, labels: [`extend → false (${refusal})`] };
+    const held = this.records.get(key) as Extract<ModelRecord, { state: 'IN_PROGRESS' }>;
+    const labels = [`extend → true${held.leaseExpired ? ' (revived an expired lease)' : ''}`];
+    held.leaseExpired = false;
+    return { outcome: true, labels };
+  }
+
+  /** Number of records whose lease deadline moved: the IN_PROGRESS one, if any. */
+  expireLease(key: Key): Expected<number> {
+    const record = this.records.get(key);
+    if (record?.state !== 'IN_PROGRESS') return { outcome: 0, labels: ['expire lease (no lease)'] };
+    record.leaseExpired = true;
+    return { outcome: 1, labels: ['expire lease'] };
+  }
+
+  /** Number of records whose TTL deadline moved: the record, in either state. */
+  expireTtl(key: Key): Expected<number> {
+    const record = this.records.get(key);
+    if (!record) return { outcome: 0, labels: ['expire TTL (absent)'] };
+    record.ttlExpired = true;
+    return { outcome: 1, labels: [`expire TTL (${record.state})`] };
+  }
+
+  /** COMPLETE past its TTL; IN_PROGRESS past its TTL *and* its lease. Nothing else. */
+  purge(): Expected<number> {
+    const labels: string[] = [];
+    let purged = 0;
+    for (const [key, record] of this.records) {
+      const due = record.ttlExpired && (record.state === 'COMPLETE' || record.leaseExpired);
+      if (due) {
+        this.records.delete(key);
+        purged++;
+        labels.push(`purge removes ${record.state}`);
+      } else if (record.state === 'IN_PROGRESS' && record.ttlExpired) {
+        labels.push('purge spares IN_PROGRESS past its TTL with a live lease');
+      } else if (record.state === 'IN_PROGRESS' && record.leaseExpired) {
+        labels.push('purge spares IN_PROGRESS with an expired lease within its TTL');
+      }
+    }
+    return { outcome: purged, labels: labels.length > 0 ? labels : ['purge (nothing due)'] };
+  }
+
+  private refusal(key: Key, lease: LeaseNo): string | undefined {
+    const record = this.records.get(key);
+    if (lease === NEVER_ISSUED) return 'never-issued lease';
+    if (!record) return 'absent';
+    if (record.state === 'COMPLETE') return 'COMPLETE';
+    if (record.lease !== lease) {
+      return this.leaseKeys[lease] === key ? 'stale lease of this key' : "another key's lease";
+    }
+    return undefined;
+  }
+}
