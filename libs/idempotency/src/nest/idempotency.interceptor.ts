@@ -8,7 +8,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { from, lastValueFrom, Observable } from 'rxjs';
-import { IdempotencyEngine } from '../core/engine';
+import { ExecuteOutcome, IdempotencyEngine } from '../core/engine';
 import {
   IdempotencyCompletionError,
   IdempotencyError,
@@ -125,38 +125,35 @@ export class IdempotencyInterceptor implements NestInterceptor {
       requestFingerprint(plan.route!, request.body),
     );
 
-    let actionError: unknown;
-    try {
-      const outcome = await this.engine.execute<unknown, PersistedHttpResponse>(
-        { ...this.identity(context, plan, resolved.key), fingerprint },
-        async () => {
-          try {
-            return await lastValueFrom(next.handle(), { defaultValue: undefined });
-          } catch (error) {
-            actionError = error;
-            throw error;
-          }
-        },
-        (body) =>
-          persistHttpResponse(
-            this.sanitize<StoredHttpResponse>({
-              kind: 'http',
-              status: readStatus(response),
-              headers: this.captureHeaders(response, plan),
-              body,
-            }),
-          ),
-      );
-      if (outcome.kind === 'executed') return outcome.value;
-      const stored = restoreHttpResponse(outcome.value);
-      adapter.status(response, stored.status);
-      for (const [name, value] of Object.entries(stored.headers))
-        adapter.setHeader(response, name, value as string);
-      adapter.setHeader(response, 'Idempotent-Replayed', 'true');
-      return stored.body;
-    } catch (error) {
-      if (error === actionError) throw error;
-      throw this.httpRefusal(error, plan);
+    const outcome = await this.runOnce<PersistedHttpResponse>(
+      context,
+      plan,
+      resolved.key,
+      fingerprint,
+      next,
+      (body) =>
+        persistHttpResponse(
+          this.sanitize<StoredHttpResponse>({
+            kind: 'http',
+            status: readStatus(response),
+            headers: this.captureHeaders(response, plan),
+            body,
+          }),
+        ),
+    );
+    switch (outcome.kind) {
+      case 'refused':
+        throw this.httpRefusal(outcome.error, plan);
+      case 'executed':
+        return outcome.value;
+      case 'replayed': {
+        const stored = restoreHttpResponse(outcome.value);
+        adapter.status(response, stored.status);
+        for (const [name, value] of Object.entries(stored.headers))
+          adapter.setHeader(response, name, value as string);
+        adapter.setHeader(response, 'Idempotent-Replayed', 'true');
+        return stored.body;
+      }
     }
   }
 
@@ -192,29 +189,61 @@ export class IdempotencyInterceptor implements NestInterceptor {
     );
     const fingerprint = this.fingerprint(plan, source, () => undefined);
 
-    let actionError: unknown;
+    const outcome = await this.runOnce<StoredRpcResult>(
+      context,
+      plan,
+      resolved.key,
+      fingerprint,
+      next,
+      (value) => this.sanitize({ kind: 'rpc', value }),
+    );
+    switch (outcome.kind) {
+      case 'refused':
+        if (
+          outcome.error instanceof IdempotencyInFlightException &&
+          this.options.rmq?.nackOnInFlight
+        ) {
+          rmqHandles(context)?.nack(true);
+        }
+        throw this.rpcRefusal(outcome.error, plan);
+      case 'executed':
+        return outcome.value;
+      case 'replayed':
+        if (this.options.rmq?.ackOnReplay) rmqHandles(context)?.ack();
+        // Always a value: an empty stream would make Kafka retry and a request/reply hang.
+        return outcome.value.value ?? null;
+    }
+  }
+
+  /**
+   * Runs the handler once per key. The handler's own error is rethrown as it
+   * is; anything the library refused with comes back as `refused`.
+   */
+  private async runOnce<P>(
+    context: ExecutionContext,
+    plan: HandlerPlan,
+    key: string,
+    fingerprint: string | undefined,
+    next: CallHandler,
+    toPayload: (value: unknown) => P,
+  ): Promise<ExecuteOutcome<unknown, P> | { kind: 'refused'; error: unknown }> {
+    let handlerFailed = false;
     try {
-      const outcome = await this.engine.execute<unknown, StoredRpcResult>(
-        { ...this.identity(context, plan, resolved.key), fingerprint },
+      return await this.engine.execute<unknown, P>(
+        { ...this.identity(context, plan, key), fingerprint },
         async () => {
           try {
             return await lastValueFrom(next.handle(), { defaultValue: undefined });
           } catch (error) {
-            actionError = error;
+            handlerFailed = true;
             throw error;
           }
         },
-        (value) => this.sanitize({ kind: 'rpc', value }),
+        toPayload,
       );
-      if (outcome.kind === 'executed') return outcome.value;
-      if (this.options.rmq?.ackOnReplay) rmqHandles(context)?.ack();
-      // Always a value: an empty stream would make Kafka retry and a request/reply hang.
-      return outcome.value.value ?? null;
     } catch (error) {
-      if (error === actionError) throw error;
-      if (error instanceof IdempotencyInFlightException && this.options.rmq?.nackOnInFlight)
-        rmqHandles(context)?.nack(true);
-      throw this.rpcRefusal(error, plan);
+      if (handlerFailed) throw error;
+      return { kind: 'refused', error };
     }
   }
 
