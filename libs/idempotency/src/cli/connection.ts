@@ -1,9 +1,12 @@
 import { DataSource, DataSourceOptions } from 'typeorm';
-import { IdempotencyStoreSchemaError, IdempotencyStoreUnavailableError } from '../core/errors';
+import { IdempotencyStoreSchemaError } from '../core/errors';
 import { IdempotencyLogger } from '../core/logger';
 import { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
+import { boundedQuery } from '../stores/typeorm/bounded-query';
 import { isUnavailable } from '../stores/typeorm/unavailable';
 import { CliError, ExitCode } from './exit-codes';
+
+export { boundedQuery };
 
 /** What every command needs to reach the records table. */
 export interface Connection {
@@ -105,33 +108,6 @@ export async function withStore<T>(
   } finally {
     await store.close().catch(() => undefined);
     await dataSource.destroy().catch(() => undefined);
-  }
-}
-
-/** One statement outside the store, bounded like the store's own. */
-export async function boundedQuery<T>(
-  dataSource: DataSource,
-  timeoutMs: number,
-  operation: string,
-  sql: string,
-  params: unknown[] = [],
-): Promise<T[]> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          new IdempotencyStoreUnavailableError(
-            `PostgreSQL did not answer ${operation} within ${timeoutMs} ms`,
-          ),
-        ),
-      timeoutMs,
-    );
-  });
-  try {
-    return (await Promise.race([dataSource.query(sql, params), timeout])) as T[];
-  } finally {
-    clearTimeout(timer);
   }
 }
 

@@ -27,6 +27,7 @@ import {
   createTableSql,
   PRIMARY_KEY_QUERY,
 } from './schema';
+import { boundedQuery } from './bounded-query';
 import { buildStatements, Statements } from './statements';
 import { channelFor, DEFAULT_TABLE, recordIdOf, TableName } from './table';
 import { isUnavailable } from './unavailable';
@@ -317,21 +318,8 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     sql: string,
     params: unknown[],
   ): Promise<T[]> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(
-            new IdempotencyStoreUnavailableError(
-              `PostgreSQL did not answer ${operation} within ${this.timeoutMs} ms`,
-            ),
-          ),
-        this.timeoutMs,
-      );
-    });
     try {
-      const result = await Promise.race([this.dataSource.query(sql, params), timeout]);
-      return result as T[];
+      return await boundedQuery<T>(this.dataSource, this.timeoutMs, operation, sql, params);
     } catch (error) {
       if (error instanceof IdempotencyStoreUnavailableError) throw error;
       if (isUnavailable(error)) {
@@ -342,8 +330,6 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
         );
       }
       throw error;
-    } finally {
-      clearTimeout(timer);
     }
   }
 }
