@@ -247,6 +247,14 @@ describe.each(ADAPTERS)('HTTP over %s', (adapter) => {
       expect(probe.count('create')).toBe(0);
     });
 
+    it('400 from the body parser for invalid JSON, before any record is made', async () => {
+      const k = key();
+      const reply = await send(url, 'POST', '/payments', { key: k, rawBody: '{"amount":' });
+      expect(reply.status).toBe(400);
+      expect(probe.count('create')).toBe(0);
+      await expect(store.find({ scope: 'PaymentsController.create', key: k })).resolves.toBeNull();
+    });
+
     it('accepts a 255-character key', async () => {
       const reply = await send(url, 'POST', '/payments', {
         key: 'k'.repeat(255) + '',
