@@ -156,11 +156,11 @@ describe('HTTP bootstrap refuses misconfiguration (express)', () => {
     ['lease', { lease: 0 }, 'lease'],
     ['ttl', { ttl: '-1h' }, 'ttl'],
   ])(
-    'an invalid module default %s fails the start, naming the handler that would use it',
+    'an invalid module default %s fails the start, naming the module option',
     async (_label, defaults, option) => {
       await expectConfigError(
         httpController({}),
-        ['OrdersController.create', `option "${option}"`],
+        ['IdempotencyModule', `option "defaults.${option}"`],
         {
           defaults,
         },
@@ -168,13 +168,12 @@ describe('HTTP bootstrap refuses misconfiguration (express)', () => {
     },
   );
 
-  it('a decorator value replaces an invalid module default only for that option', async () => {
-    // The decorator's lease wins, the module's broken ttl still applies.
+  it('an invalid module default fails the start even when every handler overrides it', async () => {
     await expectConfigError(
-      httpController({ lease: '10s' }),
-      ['OrdersController.create', 'option "ttl"'],
+      httpController({ lease: '10s', ttl: '1h' }),
+      ['IdempotencyModule', 'option "defaults.lease"'],
       {
-        defaults: { lease: 'nope', ttl: 'nope' },
+        defaults: { lease: 'nope' },
       },
     );
   });

@@ -1,7 +1,6 @@
 import { Inject, Logger, Module } from '@nestjs/common';
 import { APP_FILTER, APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { IdempotencyEngine } from '../core/engine';
-import { IdempotencyConfigError } from '../core/errors';
 import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
 import { IdempotencyStore } from '../core/store';
 import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
@@ -14,6 +13,7 @@ import {
 } from './idempotency.module-definition';
 import { IdempotencyModuleOptions } from './idempotency.options';
 import { IdempotencyProblemFilter } from './http/problem';
+import { validateModuleOptions } from './validate-module-options';
 
 /**
  * `IdempotencyModule.forRoot({ store, ... })` or `forRootAsync({ useFactory, inject })`.
@@ -25,14 +25,7 @@ import { IdempotencyProblemFilter } from './http/problem';
     {
       provide: IdempotencyStore,
       inject: [IDEMPOTENCY_MODULE_OPTIONS],
-      useFactory: (options: IdempotencyModuleOptions) => {
-        if (!options?.store || typeof options.store.tryAcquire !== 'function') {
-          throw new IdempotencyConfigError(
-            'IdempotencyModule: option "store" is required (an IdempotencyStore such as new TypeOrmIdempotencyStore(dataSource))',
-          );
-        }
-        return options.store;
-      },
+      useFactory: (options: IdempotencyModuleOptions) => validateModuleOptions(options).store,
     },
     {
       provide: IdempotencyEngine,
