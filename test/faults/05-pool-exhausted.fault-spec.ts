@@ -98,7 +98,7 @@ describe('fault 5: the connection pool is exhausted by waiting duplicates', () =
     // The wake-up really queued calls on the exhausted pool.
     expect(Math.max(...queued)).toBeGreaterThan(POOL);
     // Woken by the notification, not by the 1 s fallback poll (nor the 30 s wait).
-    expect(Math.max(...wake)).toBeLessThan(1000);
+    expect(Math.max(...wake)).toBeLessThan(500);
 
     const executions = await executionsOf(admin, schema, SCOPE, key);
     expect(executions).toHaveLength(1);

@@ -174,7 +174,7 @@ describe('fault 8: purge concurrently with traffic on several instances', () => 
         `runs back to back (limit 50): ${total.runs} runs deleted ${total.purged} records ` +
         `(${audit.purged_in_progress} expired IN_PROGRESS); ${total.keys} keys, ${total.long} of them ` +
         `running past their ttl on a renewed lease; ${total.replayed} re-runs inside the ttl all replayed ` +
-        `(${total.afterTtl} came after it and ran again, as they should); deletions of a live ` +
+        `(${total.afterTtl} fell after the ttl and ran again, as they should); deletions of a live ` +
         `IN_PROGRESS / unexpired COMPLETE record: ${audit.live_in_progress} / ${audit.unexpired_complete}; ` +
         `seeded ${SEEDED} live + ${SEEDED} fresh records all kept`,
     });

@@ -32,12 +32,16 @@ function row(r) {
   ];
 }
 
+/** The five figures as a table, and each case's notes as a list under it. */
 function markdown(rows) {
   const escape = (cell) => cell.replace(/\|/g, '\\|');
+  const columns = COLUMNS.slice(0, 5);
   return [
-    `| ${COLUMNS.join(' | ')} |`,
-    `| ${COLUMNS.map(() => '---').join(' | ')} |`,
-    ...rows.map((cells) => `| ${cells.map(escape).join(' | ')} |`),
+    `| ${columns.join(' | ')} |`,
+    `| ${columns.map((_, i) => (i === 0 ? '---' : '---:')).join(' | ')} |`,
+    ...rows.map((cells) => `| ${cells.slice(0, 5).map(escape).join(' | ')} |`),
+    '',
+    ...rows.map((cells) => `- **${cells[0]}** ${cells[5]}`),
   ].join('\n');
 }
 
@@ -53,13 +57,13 @@ function plain(rows) {
 module.exports = async function faultsTeardown() {
   // A throw here would also skip the run's own teardown (the embedded server): report, never throw.
   try {
-    summarize();
+    await summarize();
   } catch (error) {
     console.error(`\n[faults] could not write the summary: ${error.stack ?? error}`);
   }
 };
 
-function summarize() {
+async function summarize() {
   const dir = process.env.IDEMPOTENCY_FAULTS_RESULTS_DIR;
   const results = readResults(dir);
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
@@ -85,6 +89,13 @@ function summarize() {
       ` (case 4 always restarts an embedded server of its own), Node ${process.version}, ` +
       `${require('node:os').cpus().length} cores.`,
     '',
+    '- **Executions**: rows the actions wrote to an `executions` table in PostgreSQL, so the work of a',
+    '  process that was killed afterwards still counts.',
+    '- **Records lost**: executed keys left without a COMPLETE record, plus (case 8) records deleted',
+    '  while live or unexpired.',
+    '- **Max recovery**: the longest time from the fault (kill, SIGSTOP, server back up) to a correct',
+    '  answer; case 5: from the completion to the last woken waiter.',
+    '',
     markdown(rows),
     '',
   ].join('\n');
@@ -98,5 +109,9 @@ function summarize() {
     );
     return;
   }
-  fs.writeFileSync(path.join(__dirname, '..', 'RESULTS.md'), document);
+  // Formatted as `prettier --check .` (npm run lint) expects it.
+  const prettier = require('prettier');
+  const file = path.join(__dirname, '..', 'RESULTS.md');
+  const options = (await prettier.resolveConfig(file)) ?? {};
+  fs.writeFileSync(file, await prettier.format(document, { ...options, filepath: file }));
 }
