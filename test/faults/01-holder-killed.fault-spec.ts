@@ -27,6 +27,7 @@ describe('fault 1: the holder is killed with SIGKILL mid-action', () => {
   let admin: DataSource;
   let holder: Child;
   let successor: Child;
+  const figures: { engine?: { executions: number; lost: number; recoveryMs: number } } = {};
 
   beforeAll(async () => {
     admin = await openDataSource();
@@ -100,14 +101,71 @@ describe('fault 1: the holder is killed with SIGKILL mid-action', () => {
     expect(await executionsOf(admin, schema, SCOPE, key)).toHaveLength(2);
     expectNoRawKeys(holder.output() + successor.output(), [key]);
 
+    figures.engine = {
+      executions: executions.length,
+      lost: records.filter((r) => r.state === 'COMPLETE').length === 1 ? 0 : 1,
+      recoveryMs,
+    };
+  }, 60_000);
+
+  it("over HTTP: a Nest app killed mid-handler; the other app's waiting request steals the key after the lease and answers 201, then replays", async () => {
+    const env = { PG_URL: testDatabaseUrl(), SCHEMA: schema, HELD_LEASE: `${LEASE_MS}ms` };
+    const [victim, survivor] = await Promise.all([
+      startChild('app', 'app to kill', env),
+      startChild('app', 'surviving app', env),
+    ]);
+    const key = randomUUID();
+    const post = (app: Child) =>
+      fetch(`http://127.0.0.1:${app.port}/held`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ tag: 'held' }),
+        signal: AbortSignal.timeout(30_000),
+      });
+
+    const first = post(victim).catch((error: Error) => error); // its connection dies with the app
+    await victim.waitFor('the handler entering', is.entered('held'), 30_000);
+    const second = post(survivor);
+    survivor.send({ cmd: 'release', id: 'held' }); // once it runs, let it finish at once
+
+    const killedAt = Date.now();
+    victim.proc.kill('SIGKILL');
+    expect((await victim.exited).signal).toBe('SIGKILL');
+    const reply = await second;
+    const recoveryMs = Date.now() - killedAt;
+    const text = await reply.text();
+    expect(reply.status).toBe(201);
+    expect(reply.headers.get('idempotent-replayed')).toBeNull();
+    expect(JSON.parse(text)).toMatchObject({ pid: survivor.pid });
+    expect(recoveryMs).toBeLessThan(LEASE_MS + 2000);
+    expect(await first).toHaveProperty('message', 'fetch failed'); // the killed app never answered
+
+    const executions = await executionsOf(admin, schema, 'held', key);
+    expect(executions.map((e) => e.pid)).toEqual([victim.pid, survivor.pid]);
+    const records = await recordsOf(admin, schema, 'held', key);
+    expect(records).toMatchObject([{ state: 'COMPLETE' }]);
+    for (let i = 0; i < 3; i++) {
+      const dup = await post(survivor);
+      expect(dup.status).toBe(201);
+      expect(dup.headers.get('idempotent-replayed')).toBe('true');
+      expect(await dup.text()).toBe(text);
+    }
+    expect(await executionsOf(admin, schema, 'held', key)).toHaveLength(2);
+    expectNoRawKeys(victim.output() + survivor.output(), [key]);
+
+    const engine = figures.engine!;
     recordResult({
       case: 1,
       title: 'Holder killed (SIGKILL) mid-action',
-      executionsExpected: 2,
-      executionsObserved: executions.length,
-      recordsLost: records.filter((r) => r.state === 'COMPLETE').length === 1 ? 0 : 1,
-      maxRecoveryMs: recoveryMs,
-      notes: `lease ${LEASE_MS} ms; the waiting successor (another process) stole the key ${recoveryMs} ms after the kill; 6 later duplicates replayed its result`,
+      executionsExpected: 4,
+      executionsObserved: engine.executions + executions.length,
+      recordsLost: engine.lost + (records[0].state === 'COMPLETE' ? 0 : 1),
+      maxRecoveryMs: Math.max(engine.recoveryMs, recoveryMs),
+      notes:
+        `lease ${LEASE_MS} ms, two keys (2 executions each: the killed holder's, the successor's). ` +
+        `Engine worker: the waiting successor (another process) stole the key ${engine.recoveryMs} ms after ` +
+        `the kill; 6 later duplicates replayed its result. Nest app: the other app's waiting request ` +
+        `answered 201 ${recoveryMs} ms after the kill; 3 later duplicates replayed it byte for byte`,
     });
   }, 60_000);
 });
