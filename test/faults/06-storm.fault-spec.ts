@@ -27,6 +27,7 @@ interface StormReply {
   app: number;
   status: number;
   replayed: boolean;
+  contentType: string;
   body: string;
   ms: number;
 }
@@ -56,6 +57,7 @@ function post(agent: http.Agent, port: number, key: string, body: string): Promi
             app: port,
             status: response.statusCode ?? 0,
             replayed: response.headers['idempotent-replayed'] === 'true',
+            contentType: String(response.headers['content-type']),
             body: Buffer.concat(chunks).toString('utf8'),
             ms: Date.now() - started,
           }),
@@ -108,6 +110,9 @@ describe('fault 6: a storm of one key over two application processes', () => {
     for (const r of replies) statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
     expect([...statuses]).toEqual([[201, REQUESTS]]);
     expect(new Set(replies.map((r) => r.body)).size).toBe(1);
+    expect(new Set(replies.map((r) => r.contentType))).toEqual(
+      new Set(['application/json; charset=utf-8']),
+    );
     expect(replies.filter((r) => !r.replayed)).toHaveLength(1);
 
     const executions = await executionsOf(admin, schema, 'charges', key);
