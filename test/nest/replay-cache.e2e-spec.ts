@@ -62,6 +62,9 @@ describe.each(ADAPTERS)('local replay cache over %s', (adapter) => {
     const before = executions;
     const first = await send(url, 'POST', '/quotes', { key, body: { amount: 5 } });
     expect(first.status).toBe(201);
+    // The first replay reads the store (and its clock); it is cached from then on.
+    const stored = await send(url, 'POST', '/quotes', { key, body: { amount: 5 } });
+    expect(stored.headers.get('idempotent-replayed')).toBe('true');
     await proxy.cut();
     try {
       const replay = await send(url, 'POST', '/quotes', { key, body: { amount: 5 } });

@@ -94,9 +94,14 @@ export function compileHandlerPlan(
 
   if (
     options.scope !== undefined &&
-    (typeof options.scope !== 'string' || options.scope.length === 0)
+    (typeof options.scope !== 'string' ||
+      options.scope.length === 0 ||
+      // eslint-disable-next-line no-control-regex
+      /[\u0000-\u001f\u007f]/.test(options.scope))
   ) {
-    throw new IdempotencyConfigError(`${where}: option "scope" must be a non-empty string`);
+    throw new IdempotencyConfigError(
+      `${where}: option "scope" must be a non-empty string without control characters`,
+    );
   }
   const plan: HandlerPlan = {
     where,

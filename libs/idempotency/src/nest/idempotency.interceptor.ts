@@ -104,7 +104,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         throw problem(
           400,
           'idempotency-key-missing',
-          `${plan.where} requires the ${this.keyHeaderName()} header`,
+          plan.key.kind === 'header'
+            ? `${plan.where} requires the ${this.keyHeaderName()} header`
+            : `${plan.where}: the request has no idempotency key (key: ${plan.key.kind === 'expression' ? `'${plan.key.expression.source}'` : 'a function'})`,
         );
       }
       return lastValueFrom(next.handle(), { defaultValue: undefined });
@@ -411,6 +413,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
         'idempotency-key-reused',
         `${error.keyDigest} was already used with a different message`,
       );
+    }
+    if (error instanceof IdempotencyKeyError) {
+      return new IdempotencyRpcException('idempotency-key-invalid', error.message);
     }
     if (error instanceof IdempotencyError) {
       this.logger.error(`${plan.where}: ${error.message}`);

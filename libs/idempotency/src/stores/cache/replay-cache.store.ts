@@ -25,16 +25,16 @@ interface CachedRecord {
 
 /**
  * Keeps COMPLETE records in process memory (bounded LRU) so a replay touches no
- * database. Safe because a COMPLETE record never changes before it expires: an
- * entry lives at most as long as the record's remaining TTL by the store's
- * clock, counted on this process's monotonic clock from before the store call
- * (so it always ends first). IN_PROGRESS records are never cached; everything
- * else passes through to the inner store.
+ * database. Safe because a COMPLETE record never changes before it expires. An
+ * entry is made from a replay the store answered, so its completion time,
+ * fingerprint and remaining TTL are the store's (by the database clock), and it
+ * lives at most that remaining TTL, counted on this process's monotonic clock
+ * from before the store call, so it always ends first. The first replay of a
+ * key reads the store; the ones after it do not. IN_PROGRESS records are never
+ * cached; everything else passes through to the inner store.
  */
 export class ReplayCachingStore implements IdempotencyStore {
   private readonly cache: LRUCache<string, CachedRecord>;
-  /** Fingerprint of each lease we hand out, until its completion is cached. */
-  private readonly pending = new Map<string, string | null>();
 
   constructor(
     readonly inner: IdempotencyStore,
@@ -60,9 +60,7 @@ export class ReplayCachingStore implements IdempotencyStore {
     }
     const askedAt = performance.now();
     const result = await this.inner.tryAcquire(request);
-    if (result.kind === 'acquired') {
-      this.pending.set(result.leaseId, request.fingerprint ?? null);
-    } else if (
+    if (
       result.kind === 'duplicate' &&
       result.expiresInMs !== undefined &&
       result.fingerprint !== undefined
@@ -79,19 +77,12 @@ export class ReplayCachingStore implements IdempotencyStore {
     return result;
   }
 
-  async complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number): Promise<void> {
-    const startedAt = performance.now();
-    const fingerprint = this.pending.get(leaseId);
-    this.pending.delete(leaseId);
-    await this.inner.complete(id, leaseId, payload, ttlMs);
-    // The store's expiry is its now() + ttl, which is no earlier than ours from before the call.
-    if (fingerprint !== undefined)
-      this.remember(keyOf(id), payload, new Date(), fingerprint, ttlMs, startedAt);
+  complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number): Promise<void> {
+    return this.inner.complete(id, leaseId, payload, ttlMs);
   }
 
-  async release(id: RecordId, leaseId: string): Promise<void> {
-    this.pending.delete(leaseId);
-    await this.inner.release(id, leaseId);
+  release(id: RecordId, leaseId: string): Promise<void> {
+    return this.inner.release(id, leaseId);
   }
 
   extend(id: RecordId, leaseId: string, leaseMs: number): Promise<boolean> {
@@ -116,7 +107,6 @@ export class ReplayCachingStore implements IdempotencyStore {
 
   async close(): Promise<void> {
     this.cache.clear();
-    this.pending.clear();
     await this.inner.close?.();
   }
 

@@ -285,6 +285,11 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   private async prepare(): Promise<void> {
+    if (!this.dataSource.isInitialized) {
+      throw new IdempotencyStoreSchemaError(
+        'TypeOrmIdempotencyStore: the DataSource is not initialized; call dataSource.initialize() before the store is used (before the application starts)',
+      );
+    }
     const { schema, table } = this.tableName;
     if (this.options.ensureSchema) {
       // One statement string runs as one implicit transaction; the advisory lock
