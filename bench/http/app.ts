@@ -1,4 +1,7 @@
-// The application under test for `npm run bench:http`, in its own process.
+// The application under test for `npm run bench:http` and `npm run bench`, in its own process.
+// BENCH_CACHE_MAX_ENTRIES=n turns on the module's local replay cache (cache: { maxEntries: n }).
+// IPC: { type: 'rss' } answers { rss }; { type: 'memory' } forces a full GC first when the
+// process runs with --expose-gc and answers { memory: process.memoryUsage(), gc }.
 import 'reflect-metadata';
 import { Body, Controller, HttpCode, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -31,8 +34,11 @@ async function main() {
   }).initialize();
   const store = new TypeOrmIdempotencyStore(dataSource, { schema: process.env.BENCH_SCHEMA });
 
+  const cacheEntries = Number(process.env.BENCH_CACHE_MAX_ENTRIES ?? 0);
+  const cache = cacheEntries > 0 ? { maxEntries: cacheEntries } : false;
+
   @Module({
-    imports: [IdempotencyModule.forRoot({ store, purge: false })],
+    imports: [IdempotencyModule.forRoot({ store, purge: false, cache })],
     controllers: [BenchController],
   })
   class BenchModule {}
@@ -46,6 +52,13 @@ async function main() {
   process.send?.({ port });
   process.on('message', (message: { type?: string }) => {
     if (message?.type === 'rss') process.send?.({ rss: process.memoryUsage().rss });
+    if (message?.type === 'memory') {
+      const gc = (globalThis as { gc?: () => void }).gc;
+      // Twice: the first pass can leave garbage that only finalizers released.
+      gc?.();
+      gc?.();
+      process.send?.({ memory: process.memoryUsage(), gc: gc !== undefined });
+    }
   });
   process.on(
     'SIGTERM',
