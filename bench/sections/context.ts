@@ -1,0 +1,88 @@
+import { DataSource } from 'typeorm';
+import { envNumber } from '../lib/stats';
+
+/** Every tunable of `npm run bench`, from the environment; defaults fit ~12 min on 2 cores. */
+export function readConfig() {
+  return {
+    /** Closed-loop throughput runs (store, floor, scale). */
+    seconds: envNumber('BENCH_SECONDS', 5),
+    rounds: envNumber('BENCH_ROUNDS', 5),
+    warmupSeconds: envNumber('BENCH_WARMUP_SECONDS', 2),
+    concurrency: envNumber('BENCH_CONCURRENCY', 32),
+    pool: envNumber('BENCH_POOL', 32),
+    /** HTTP comparison (autocannon, 32 connections). */
+    httpSeconds: envNumber('BENCH_HTTP_SECONDS', 5),
+    httpRounds: envNumber('BENCH_HTTP_ROUNDS', 3),
+    cacheEntries: envNumber('BENCH_CACHE_ENTRIES', 10_000),
+    /** Wake latency: trials per placement (at least 50) and the holder's action. */
+    wakeTrials: Math.max(50, envNumber('BENCH_WAKE_TRIALS', 60)),
+    wakeActionMs: envNumber('BENCH_WAKE_ACTION_MS', 300),
+    /** Scale: rows pre-filled (and later expired), purge windows, paced traffic. */
+    fillRows: envNumber('BENCH_FILL_ROWS', 1_000_000),
+    purgeSegments: Math.max(1, envNumber('BENCH_PURGE_SEGMENTS', 4)),
+    purgeQuietSeconds: envNumber('BENCH_PURGE_QUIET_SECONDS', 5),
+    purgeTrafficRate: envNumber('BENCH_PURGE_RATE', 200),
+    staleCapSeconds: envNumber('BENCH_STALE_CAP_SECONDS', 10),
+    /** Memory: requests in all, the workload and the adapter. */
+    memoryRequests: envNumber('BENCH_MEMORY_REQUESTS', 200_000),
+    memoryWorkload: (process.env.BENCH_MEMORY_WORKLOAD ?? 'mixed') as
+      'mixed' | 'replay' | 'fresh keys',
+    memoryAdapter: (process.env.BENCH_MEMORY_ADAPTER ?? 'express') as 'express' | 'fastify',
+    sections: (process.env.BENCH_SECTIONS ?? 'floor,http,wake,scale,memory')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+  };
+}
+
+export type BenchConfig = ReturnType<typeof readConfig>;
+
+export interface BenchContext {
+  url: string;
+  config: BenchConfig;
+  /** Connections for setup and clean-up (not measured). */
+  admin: DataSource;
+  /** A fresh schema name, dropped at the end of the run. */
+  schema(prefix: string): string;
+  log(line: string): void;
+}
+
+export type Verdict = 'met' | 'missed' | '';
+
+export interface ResultRow {
+  section: string;
+  measurement: string;
+  result: string;
+  target: string;
+  verdict: Verdict;
+  how: string;
+}
+
+export interface SectionResult {
+  rows: ResultRow[];
+  /** Bullet points for the Method part of RESULTS.md. */
+  method: string[];
+  /** Observations worth a reader's attention (findings, caveats). */
+  notes: string[];
+}
+
+export const verdict = (met: boolean): Verdict => (met ? 'met' : 'missed');
+
+/** Engine warnings are counted, not printed, so the console keeps to the table. */
+export const quietLogger = { warn: () => undefined, error: () => undefined };
+export const engineWarnings = { count: 0 };
+export const countingLogger = {
+  warn: () => void engineWarnings.count++,
+  error: () => void engineWarnings.count++,
+};
+
+export const SCOPE = 'bench.orders.create';
+export const REQUEST = { lease: '30s', waitTimeout: '10s', ttl: '24h' } as const;
+export const LEASE_MS = 30_000;
+export const TTL_MS = 86_400_000;
+
+/** The action's result, as bench:store uses: a small JSON object. */
+export const resultFor = (key: string) => ({
+  status: 201,
+  body: { id: key, amount: 1250, currency: 'EUR' },
+});

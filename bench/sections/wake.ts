@@ -1,0 +1,94 @@
+/**
+ * 3. Wake latency: a duplicate waits on a holder whose action takes
+ * `wakeActionMs`; from the action's end (the holder then completes the record)
+ * to the duplicate's answer.
+ */
+import { randomBytes } from 'node:crypto';
+import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { openDataSource, poolOf } from '../lib/postgres';
+import { fmtMs, fmtRange, percentile } from '../lib/stats';
+import { WakeTrial, wakeAfterActionTrial } from '../lib/wake';
+import { BenchContext, countingLogger, quietLogger, SCOPE, SectionResult } from './context';
+
+const APP_A = 'idem-bench-wake-a';
+const APP_B = 'idem-bench-wake-b';
+
+export async function wakeSection(ctx: BenchContext): Promise<SectionResult> {
+  const { config } = ctx;
+  const schema = ctx.schema('bench_wake');
+  const a = await openDataSource(ctx.url, APP_A, 8);
+  const b = await openDataSource(ctx.url, APP_B, 8);
+  const storeA = new TypeOrmIdempotencyStore(a, {
+    schema,
+    ensureSchema: true,
+    logger: quietLogger,
+  });
+  const storeB = new TypeOrmIdempotencyStore(b, { schema, logger: quietLogger });
+  try {
+    await storeA.init();
+    await storeB.init();
+    const engineA = new IdempotencyEngine(storeA, { logger: countingLogger });
+    const engineB = new IdempotencyEngine(storeB, { logger: countingLogger });
+    const holder = {
+      scope: SCOPE,
+      holderStore: storeA,
+      holderApp: APP_A,
+      holderEngine: engineA,
+      actionMs: config.wakeActionMs,
+    };
+    const same = { ...holder, waiterEngine: engineA, waiterApp: APP_A, waiterPool: poolOf(a) };
+    const other = { ...holder, waiterEngine: engineB, waiterApp: APP_B, waiterPool: poolOf(b) };
+    const run = randomBytes(3).toString('hex');
+    ctx.log(`wake: warm-up`);
+    for (let t = 0; t < 3; t++) {
+      await wakeAfterActionTrial(same, `${run}-warm-a-${t}`);
+      await wakeAfterActionTrial(other, `${run}-warm-b-${t}`);
+    }
+    const trials: Record<'same' | 'other', WakeTrial[]> = { same: [], other: [] };
+    for (let t = 0; t < config.wakeTrials; t++) {
+      if (t % 20 === 0) ctx.log(`wake: trials ${t + 1}–${Math.min(t + 20, config.wakeTrials)}`);
+      trials.same.push(await wakeAfterActionTrial(same, `${run}-a-${t}`));
+      trials.other.push(await wakeAfterActionTrial(other, `${run}-b-${t}`));
+    }
+    const row = (label: string, xs: WakeTrial[]) => ({
+      section: '3. Wake',
+      measurement: label,
+      result: `p50 ${fmtMs(
+        percentile(
+          xs.map((x) => x.wakeMs),
+          50,
+        ),
+      )}, p99 ${fmtMs(
+        percentile(
+          xs.map((x) => x.wakeMs),
+          99,
+        ),
+      )}`,
+      target: '',
+      verdict: '' as const,
+      how: `n = ${xs.length}, ${config.wakeActionMs} ms action; the holder's complete() itself: p50 ${fmtMs(
+        percentile(
+          xs.map((x) => x.completeMs),
+          50,
+        ),
+      )}; waiter round trips ${fmtRange(
+        xs.map((x) => x.waiterRoundTrips),
+        0,
+      )}`,
+    });
+    return {
+      rows: [
+        row('Wake latency, duplicate on the holder’s instance', trials.same),
+        row('Wake latency, duplicate on another instance (NOTIFY)', trials.other),
+      ],
+      method: [
+        `Wake latency: the holder runs an action of ${config.wakeActionMs} ms through \`IdempotencyEngine.execute\` on instance A; once the action has started, a duplicate calls \`execute\` (waitTimeout 10 s) through A, or through a second DataSource and store, B; it looks once and parks. The clock starts when the holder's action returns (the engine then sends \`complete\`, whose NOTIFY wakes the duplicate) and stops when the duplicate's \`execute()\` resolves with the replay. ${config.wakeTrials} trials per placement, alternating A and B, one at a time; percentiles are nearest-rank${config.wakeTrials < 100 ? ` (with n = ${config.wakeTrials}, p99 is the largest sample)` : ''}.`,
+      ],
+      notes: [],
+    };
+  } finally {
+    await storeA.close().catch(() => undefined);
+    await storeB.close().catch(() => undefined);
+    await Promise.all([a.destroy(), b.destroy()]).catch(() => undefined);
+  }
+}
