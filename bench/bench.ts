@@ -16,7 +16,14 @@ import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { installDriverCounter } from './lib/driver-count';
-import { describeLoad, describeMachine, machineRows, sampleLoad } from './lib/machine';
+import {
+  cpuSnapshot,
+  describeLoad,
+  describeMachine,
+  machineRows,
+  otherShare,
+  sampleLoad,
+} from './lib/machine';
 import { openDataSource, serverVersion, startServer } from './lib/postgres';
 import { consoleTable, mdTable, writeMarkdown } from './lib/report';
 import {
@@ -59,7 +66,14 @@ async function main(): Promise<void> {
   const server = await startServer();
   const admin = await openDataSource(server.url, 'idem-bench-admin', 2);
   const schemas: string[] = [];
-  const results: { name: string; result: SectionResult; seconds: number }[] = [];
+  const results: {
+    name: string;
+    result: SectionResult;
+    seconds: number;
+    /** Share of all cores used outside the benchmark's process tree meanwhile. */
+    other?: number;
+  }[] = [];
+  const runStart = cpuSnapshot();
   let machine;
   try {
     machine = describeMachine(await serverVersion(admin), server.describe);
@@ -76,9 +90,13 @@ async function main(): Promise<void> {
     };
     for (const name of config.sections) {
       const t0 = performance.now();
+      const cpu0 = cpuSnapshot();
       log(`section ${name}`);
       const result = await SECTIONS[name](ctx);
-      results.push({ name, result, seconds: (performance.now() - t0) / 1000 });
+      const other = otherShare(cpu0, cpuSnapshot());
+      results.push({ name, result, seconds: (performance.now() - t0) / 1000, other });
+      if (other !== undefined)
+        log(`section ${name} done; other work used ${(other * 100).toFixed(0)}% of the CPU`);
     }
   } finally {
     for (const schema of schemas)
@@ -86,7 +104,9 @@ async function main(): Promise<void> {
     await admin.destroy().catch(() => undefined);
     await server.stop();
   }
+  const runOther = otherShare(runStart, cpuSnapshot());
   const loadAfter = await sampleLoad();
+  const pct = (x?: number) => (x === undefined ? 'n/a' : `${(x * 100).toFixed(0)}%`);
   const totalSeconds = (performance.now() - started) / 1000;
 
   const rows: ResultRow[] = results.flatMap((r) => r.result.rows);
@@ -106,6 +126,9 @@ async function main(): Promise<void> {
       ? `targets missed: ${missed.map((r) => `${r.section} ${r.measurement}`).join('; ')}`
       : 'every target met',
   );
+  console.log(
+    `CPU used outside the benchmark during the run: ${pct(runOther)} (${results.map((r) => `${r.name} ${pct(r.other)}`).join(', ')})`,
+  );
   console.log(`load before: ${describeLoad(loadBefore)}; after: ${describeLoad(loadAfter)}`);
   console.log(`total run time ${(totalSeconds / 60).toFixed(1)} min`);
 
@@ -122,10 +145,14 @@ async function main(): Promise<void> {
         ...machineRows(machine),
         ['Load before the run', describeLoad(loadBefore)],
         ['Load after the run', describeLoad(loadAfter)],
+        [
+          'CPU used outside the benchmark during the run',
+          `${pct(runOther)} of all cores (by section: ${results.map((r) => `${r.name} ${pct(r.other)}`).join(', ')})`,
+        ],
       ],
     ),
     '',
-    `PostgreSQL, the application processes and the load generator (this process, and autocannon in it) share these ${machine.cores} cores: every figure is CPU-bound and includes the others' work. Compare figures within one run; absolute numbers move by ±10% between runs.`,
+    `PostgreSQL, the application processes and the load generator (this process, and autocannon in it) share these ${machine.cores} cores: every figure is CPU-bound and includes the others' work. Compare figures within one run; absolute numbers move by ±10% between runs. "CPU used outside the benchmark" is the machine's busy time (/proc/stat, steal included) minus the CPU time of the benchmark's own process tree (PostgreSQL${server.external ? ' is external here, so it counts as outside' : ''}, the application processes, this process), as a share of all cores: other people's test suites, for one.`,
     '',
     '## Results',
     '',
@@ -141,7 +168,7 @@ async function main(): Promise<void> {
     '',
     ...analysisNotes(
       results.map((r) => r.result),
-      { loadBefore, cores: machine.cores },
+      results.map((r) => ({ name: r.name, other: r.other })),
     ).map((n) => `- ${n}`),
     '',
   ].join('\n');

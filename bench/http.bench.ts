@@ -76,7 +76,7 @@ async function main() {
     '',
     `Machine: ${machine}.`,
     '',
-    `${CONNECTIONS} connections, POST with a JSON body, a trivial handler (no database work of its own); ${ROUNDS} rounds of ${SECONDS} s per workload, the workloads alternating within each round; medians over the rounds. "fresh keys" is a first execution per request (acquire + complete: two PostgreSQL round trips); "replay" repeats one completed key (one round trip); "undecorated, cache process" and "replay, cache on" run against a second application process started with the module option \`cache: { maxEntries: ${CACHE_ENTRIES} }\` (a cached replay makes no round trip); their ratio is to that process's own undecorated figure. The applications run in their own processes, autocannon in another.`,
+    `${CONNECTIONS} connections, POST with a JSON body, a trivial handler (no database work of its own); ${ROUNDS} rounds of ${SECONDS} s per workload, the workloads alternating within each round; req/s, p50 and p99 are medians over the rounds, and a ratio is the median of the rounds' ratios (the workload's req/s ÷ the undecorated handler's on the same process in the same round). "fresh keys" is a first execution per request (acquire + complete: two PostgreSQL round trips); "replay" repeats one completed key (one round trip); "undecorated, cache process" and "replay, cache on" run against a second application process started with the module option \`cache: { maxEntries: ${CACHE_ENTRIES} }\` (a cached replay makes no round trip); their ratio is to that process's own undecorated figure. The applications run in their own processes, autocannon in another.`,
     '',
     line(header),
     `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`,

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
 import { alternate } from './throughput';
-import { median } from './stats';
+import { median, pairedRatios } from './stats';
 
 const ROOT = path.resolve(__dirname, '../..');
 const APP = path.resolve(__dirname, '../http/app.ts');
@@ -198,11 +198,13 @@ export interface HttpRow {
   p50: number;
   p99: number;
   /**
-   * Median req/s divided by the undecorated handler's median req/s on the
-   * same process (for "replay, cache on": the cache process's own).
+   * Req/s divided by the undecorated handler's req/s on the same process (for
+   * "replay, cache on": the cache process's own), round by round; the median.
    */
   ratio: number;
-  /** Divided by the first process's undecorated median instead. */
+  /** The rounds' ratios. */
+  ratios: number[];
+  /** Median req/s divided by the first process's undecorated median instead. */
   ratioToFirst: number;
   failures: number;
   runs: number[];
@@ -258,17 +260,24 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
         options.log?.(`${options.adapter}: round ${round + 1}/${options.rounds}`),
     );
     const base = median(samples['undecorated'].map((s) => s.rps));
-    const cacheBase = median(samples['undecorated, cache process'].map((s) => s.rps));
     return HTTP_WORKLOADS.map((workload) => {
       const s = samples[workload];
       const rps = median(s.map((x) => x.rps));
+      const baseline = ON_CACHE_PROCESS.has(workload)
+        ? 'undecorated, cache process'
+        : 'undecorated';
+      const paired = pairedRatios(
+        s.map((x) => x.rps),
+        samples[baseline].map((x) => x.rps),
+      );
       return {
         adapter: options.adapter,
         workload,
         rps,
         p50: median(s.map((x) => x.p50)),
         p99: median(s.map((x) => x.p99)),
-        ratio: rps / (ON_CACHE_PROCESS.has(workload) ? cacheBase : base),
+        ratio: paired.median,
+        ratios: paired.each,
         ratioToFirst: rps / base,
         failures: s.reduce((n, x) => n + x.errors + x.non2xx, 0),
         runs: s.map((x) => x.rps),

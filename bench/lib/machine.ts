@@ -36,7 +36,8 @@ export function machineRows(machine: Machine): string[][] {
 function cpuTimes(): { busy: number; total: number } | undefined {
   try {
     const line = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0];
-    const fields = line.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    const fields = line.trim().split(/\s+/).slice(1, 9).map(Number);
     const idle = fields[3] + (fields[4] ?? 0); // idle + iowait
     const total = fields.reduce((a, b) => a + b, 0);
     return { busy: total - idle, total };
@@ -66,4 +67,60 @@ export function describeLoad(load: { loadavg: number[]; busy?: number }): string
   return `load average ${avg} (1 / 5 / 15 min)${
     load.busy === undefined ? '' : `, CPU ${(load.busy * 100).toFixed(0)}% busy over 3 s`
   }`;
+}
+
+export interface CpuSnapshot {
+  /** Clock ticks the whole machine spent busy, and in all (from /proc/stat). */
+  machineBusy: number;
+  machineTotal: number;
+  /** Clock ticks used by this process and every descendant, live or reaped. */
+  mine: number;
+}
+
+/** utime + stime + cutime + cstime and the parent of every process, from /proc/<pid>/stat. */
+function processTicks(): Map<number, { ppid: number; ticks: number }> {
+  const table = new Map<number, { ppid: number; ticks: number }>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // The command name may hold spaces and parentheses: fields start after the last ')'.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const ticks =
+        Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14]);
+      table.set(Number(entry), { ppid: Number(fields[1]), ticks });
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return table;
+}
+
+/**
+ * Where the CPU went: the machine's busy ticks and this process tree's
+ * (PostgreSQL, the application processes and autocannon included). The
+ * difference between two snapshots is other people's work. Undefined where
+ * /proc is not there.
+ */
+export function cpuSnapshot(): CpuSnapshot | undefined {
+  const machine = cpuTimes();
+  if (!machine) return undefined;
+  const table = processTicks();
+  const children = new Map<number, number[]>();
+  for (const [pid, { ppid }] of table) children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+  let mine = 0;
+  const stack = [process.pid];
+  while (stack.length > 0) {
+    const pid = stack.pop()!;
+    mine += table.get(pid)?.ticks ?? 0;
+    stack.push(...(children.get(pid) ?? []));
+  }
+  return { machineBusy: machine.busy, machineTotal: machine.total, mine };
+}
+
+/** Share of all cores that processes outside this tree kept busy between two snapshots. */
+export function otherShare(a?: CpuSnapshot, b?: CpuSnapshot): number | undefined {
+  if (!a || !b || b.machineTotal <= a.machineTotal) return undefined;
+  const other = b.machineBusy - a.machineBusy - (b.mine - a.mine);
+  return Math.max(0, other / (b.machineTotal - a.machineTotal));
 }

@@ -45,3 +45,13 @@ export function envNumber(name: string, fallback: number): number {
   if (!Number.isFinite(value)) throw new Error(`${name}=${raw} is not a number`);
   return value;
 }
+
+/**
+ * Ratios of alternating runs taken round by round (a[i] / b[i]: runs next to
+ * each other in time), and their median. Pairing cancels a slow drift of the
+ * machine (another job starting or stopping) that a ratio of two medians keeps.
+ */
+export function pairedRatios(a: number[], b: number[]): { median: number; each: number[] } {
+  const each = a.map((x, i) => x / b[i]);
+  return { median: median(each), each };
+}

@@ -9,7 +9,7 @@ import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
 import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/statements';
 import { channelFor, recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
 import { openDataSource } from '../lib/postgres';
-import { fmtRange, median } from '../lib/stats';
+import { fmtRange, median, pairedRatios } from '../lib/stats';
 import { alternate, measure, Throughput } from '../lib/throughput';
 import {
   BenchContext,
@@ -150,14 +150,18 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
     const rate = (xs: Throughput[]) => median(xs.map((x) => x.perSecond));
     const runs = (xs: Throughput[]) => xs.map((x) => x.perSecond.toFixed(0)).join(' / ');
     const ratioRow = (label: string, samples: Record<string, Throughput[]>): ResultRow => {
-      const ratio = rate(samples.store) / rate(samples.floor);
+      const paired = pairedRatios(
+        samples.store.map((x) => x.perSecond),
+        samples.floor.map((x) => x.perSecond),
+      );
+      const ratio = paired.median;
       return {
         section: '1. Floor',
         measurement: label,
-        result: `${rate(samples.store).toFixed(0)}/s vs ${rate(samples.floor).toFixed(0)}/s = ${ratio.toFixed(2)}`,
+        result: `${ratio.toFixed(2)} (${rate(samples.store).toFixed(0)}/s vs ${rate(samples.floor).toFixed(0)}/s)`,
         target: '≥ 0.80',
         verdict: verdict(ratio >= 0.8),
-        how: `store (IdempotencyEngine + TypeOrmIdempotencyStore) runs ${runs(samples.store)}; floor (same SQL through pg.Pool) runs ${runs(samples.floor)}`,
+        how: `ratio: median of the rounds' ratios ${paired.each.map((x) => x.toFixed(2)).join(' / ')}; rates: medians; store (IdempotencyEngine + TypeOrmIdempotencyStore) runs ${runs(samples.store)}; floor (same SQL through pg.Pool) runs ${runs(samples.floor)}`,
       };
     };
     const tripsRow = (label: string, samples: Record<string, Throughput[]>, target: number) => {
@@ -183,8 +187,14 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         `Floor: ${config.concurrency} callers, pool ${config.pool} on both sides, one table. The floor sends \`acquire\` then \`complete\` (a first execution) or \`acquire\` alone (a replay) from \`buildStatements()\`, imported from the library, with the parameters the store passes (sha256 record id, scope, key, a fresh lease UUID, lease and ttl in ms, fingerprint null; the payload JSON, the NOTIFY channel and hex id). ${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of store / floor, ${config.seconds} s each; medians.`,
       ],
       notes: floorNotes(
-        rate(firsts.store) / rate(firsts.floor),
-        rate(replays.store) / rate(replays.floor),
+        pairedRatios(
+          firsts.store.map((x) => x.perSecond),
+          firsts.floor.map((x) => x.perSecond),
+        ).median,
+        pairedRatios(
+          replays.store.map((x) => x.perSecond),
+          replays.floor.map((x) => x.perSecond),
+        ).median,
       ),
     };
   } finally {

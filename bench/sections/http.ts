@@ -61,14 +61,14 @@ export async function httpSection(ctx: BenchContext): Promise<SectionResult & { 
       result: `${r.rps.toFixed(0)} req/s, ratio ${r.ratio.toFixed(2)}`,
       target: cached ? '≥ 0.90' : '',
       verdict: cached ? verdict(r.ratio >= 0.9) : '',
-      how: `${cached ? `ratio to the first process's undecorated ${r.ratioToFirst.toFixed(2)}; ` : ''}p50 ${r.p50} ms, p99 ${r.p99} ms; runs ${r.runs.map((x) => x.toFixed(0)).join(' / ')}${r.failures ? `; ${r.failures} errors or non-2xx` : ''}`,
+      how: `rounds' ratios ${r.ratios.map((x) => x.toFixed(2)).join(' / ')}${cached ? `; median req/s ÷ the first process's undecorated median ${r.ratioToFirst.toFixed(2)}` : ''}; p50 ${r.p50} ms, p99 ${r.p99} ms; runs ${r.runs.map((x) => x.toFixed(0)).join(' / ')}${r.failures ? `; ${r.failures} errors or non-2xx` : ''}`,
     };
   });
   return {
     rows,
     http,
     method: [
-      `HTTP: bench/http/app.ts in its own process (a second one with \`cache: { maxEntries: ${config.cacheEntries} }\` for the fourth workload), autocannon in the benchmark process, ${CONNECTIONS} connections, POST with a small JSON body to a trivial handler. Per adapter, a 2 s warm-up of each workload, then ${config.httpRounds} rounds in which the five workloads alternate, ${config.httpSeconds} s each; medians; ratio = the workload's median req/s ÷ the undecorated handler's median req/s on the same process. "fresh keys": a new Idempotency-Key per request (acquire + complete); "replay": one completed key repeated (one acquire); "undecorated, cache process" and "replay, cache on": the undecorated handler and the replay on the cache-enabled process.`,
+      `HTTP: bench/http/app.ts in its own process (a second one with \`cache: { maxEntries: ${config.cacheEntries} }\` for the fourth workload), autocannon in the benchmark process, ${CONNECTIONS} connections, POST with a small JSON body to a trivial handler. Per adapter, a 2 s warm-up of each workload, then ${config.httpRounds} rounds in which the five workloads alternate, ${config.httpSeconds} s each; medians; ratio = the workload's req/s ÷ the undecorated handler's req/s on the same process in the same round, median over the rounds. "fresh keys": a new Idempotency-Key per request (acquire + complete); "replay": one completed key repeated (one acquire); "undecorated, cache process" and "replay, cache on": the undecorated handler and the replay on the cache-enabled process.`,
     ],
     notes: httpNotes(http),
   };

@@ -3,13 +3,14 @@ import { SectionResult } from './context';
 /** Notes for RESULTS.md, drawn from this run's figures. */
 export function analysisNotes(
   results: SectionResult[],
-  machine: { loadBefore: { loadavg: number[]; busy?: number }; cores: number },
+  load: { name: string; other?: number }[],
 ): string[] {
   const notes = results.flatMap((r) => r.notes);
-  const [one] = machine.loadBefore.loadavg;
-  if (one > machine.cores * 0.25 || (machine.loadBefore.busy ?? 0) > 0.1)
-    notes.push(
-      `The machine was not idle when the run began (1-minute load ${one.toFixed(2)} on ${machine.cores} cores): other work competed for the CPU, so absolute figures are low and noisier than on an idle machine; the ratios, taken from alternating runs, hold up better.`,
-    );
+  const busy = load.filter((s) => (s.other ?? 0) > 0.05);
+  notes.push(
+    busy.length > 0
+      ? `Other work used the machine during ${busy.map((s) => `${s.name} (${((s.other ?? 0) * 100).toFixed(0)}% of the CPU)`).join(', ')}: those sections' absolute figures are lower and noisier than on an idle machine. Their ratios come from alternating runs, paired round by round, and hold up better; the spread of the rounds' ratios (How column) shows how much.`
+      : `Nothing else used more than 5% of the CPU during any section.`,
+  );
   return notes;
 }

@@ -71,6 +71,16 @@ export async function wakeSection(ctx: BenchContext): Promise<SectionResult> {
           xs.map((x) => x.completeMs),
           50,
         ),
+      )}; from complete() returning to the answer: p50 ${fmtMs(
+        percentile(
+          xs.map((x) => x.wakeMs - x.completeMs),
+          50,
+        ),
+      )}, p99 ${fmtMs(
+        percentile(
+          xs.map((x) => x.wakeMs - x.completeMs),
+          99,
+        ),
       )}; waiter round trips ${fmtRange(
         xs.map((x) => x.waiterRoundTrips),
         0,
