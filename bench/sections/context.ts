@@ -11,8 +11,8 @@ export function readConfig() {
     concurrency: envNumber('BENCH_CONCURRENCY', 32),
     pool: envNumber('BENCH_POOL', 32),
     /** HTTP comparison (autocannon, 32 connections). */
-    httpSeconds: envNumber('BENCH_HTTP_SECONDS', 5),
-    httpRounds: envNumber('BENCH_HTTP_ROUNDS', 3),
+    httpSeconds: envNumber('BENCH_HTTP_SECONDS', 3),
+    httpRounds: envNumber('BENCH_HTTP_ROUNDS', 5),
     cacheEntries: envNumber('BENCH_CACHE_ENTRIES', 10_000),
     /** Wake latency: trials per placement (at least 50) and the holder's action. */
     wakeTrials: Math.max(50, envNumber('BENCH_WAKE_TRIALS', 60)),
