@@ -1,7 +1,7 @@
 import { DataSource } from 'typeorm';
 import { envNumber } from '../lib/stats';
 
-/** Every tunable of `npm run bench`, from the environment; defaults fit ~12 min on 2 cores. */
+/** Every tunable of `npm run bench`, from the environment; defaults take ~13 min on 2 cores. */
 export function readConfig() {
   return {
     /** Closed-loop throughput runs (store, floor, scale). */
