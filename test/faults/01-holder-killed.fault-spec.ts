@@ -5,18 +5,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
-import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { scratchSchema, testDatabaseUrl } from '../support/postgres';
 import {
   Child,
-  createFaultTables,
   executionsOf,
   expectNoRawKeys,
   is,
   openEngine,
   recordResult,
   recordsOf,
+  setUpFaultCase,
   startChild,
-  stopAllChildren,
+  tearDownFaultCase,
 } from './support/harness';
 
 const LEASE_MS = 1000;
@@ -30,20 +30,13 @@ describe('fault 1: the holder is killed with SIGKILL mid-action', () => {
   const figures: { engine?: { executions: number; lost: number; recoveryMs: number } } = {};
 
   beforeAll(async () => {
-    admin = await openDataSource();
-    await createFaultTables(admin, schema);
-    const env = { PG_URL: testDatabaseUrl(), SCHEMA: schema };
-    [holder, successor] = await Promise.all([
-      startChild('worker', 'holder', env),
-      startChild('worker', 'successor', env),
-    ]);
+    ({
+      admin,
+      workers: [holder, successor],
+    } = await setUpFaultCase(schema, ['holder', 'successor']));
   }, 120_000);
 
-  afterAll(async () => {
-    await stopAllChildren();
-    await dropSchema(admin, schema);
-    await admin.destroy();
-  });
+  afterAll(() => tearDownFaultCase(admin, schema));
 
   it('runs the action exactly twice: the killed holder, then one successor after the lease lapses; duplicates replay the successor', async () => {
     const key = randomUUID();

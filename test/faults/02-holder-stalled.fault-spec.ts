@@ -6,18 +6,17 @@
  */
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
-import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { scratchSchema } from '../support/postgres';
 import {
   Child,
-  createFaultTables,
   eventsOf,
   executionsOf,
   expectNoRawKeys,
   is,
   recordResult,
   recordsOf,
-  startChild,
-  stopAllChildren,
+  setUpFaultCase,
+  tearDownFaultCase,
 } from './support/harness';
 
 const LEASE_MS = 1000;
@@ -30,20 +29,13 @@ describe('fault 2: the holder is stalled (SIGSTOP) past its lease', () => {
   let thief: Child;
 
   beforeAll(async () => {
-    admin = await openDataSource();
-    await createFaultTables(admin, schema);
-    const env = { PG_URL: testDatabaseUrl(), SCHEMA: schema };
-    [stale, thief] = await Promise.all([
-      startChild('worker', 'stale holder', env),
-      startChild('worker', 'thief', env),
-    ]);
+    ({
+      admin,
+      workers: [stale, thief],
+    } = await setUpFaultCase(schema, ['stale holder', 'thief']));
   }, 120_000);
 
-  afterAll(async () => {
-    await stopAllChildren();
-    await dropSchema(admin, schema);
-    await admin.destroy();
-  });
+  afterAll(() => tearDownFaultCase(admin, schema));
 
   it("refuses the stale holder's completion after a steal; the new owner's result stands and the stale caller keeps its own value", async () => {
     const key = randomUUID();

@@ -7,10 +7,9 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { IdempotencyInFlightException } from 'nest-idempotency';
 import { DataSource } from 'typeorm';
-import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { scratchSchema, testDatabaseUrl } from '../support/postgres';
 import {
   Child,
-  createFaultTables,
   eventsOf,
   executionsOf,
   expectNoRawKeys,
@@ -18,8 +17,8 @@ import {
   openEngine,
   recordResult,
   recordsOf,
-  startChild,
-  stopAllChildren,
+  setUpFaultCase,
+  tearDownFaultCase,
 } from './support/harness';
 
 const LEASE_MS = 1000;
@@ -33,16 +32,13 @@ describe('fault 3: an action three times as long as its lease', () => {
   let holder: Child;
 
   beforeAll(async () => {
-    admin = await openDataSource();
-    await createFaultTables(admin, schema);
-    holder = await startChild('worker', 'holder', { PG_URL: testDatabaseUrl(), SCHEMA: schema });
+    ({
+      admin,
+      workers: [holder],
+    } = await setUpFaultCase(schema, ['holder']));
   }, 120_000);
 
-  afterAll(async () => {
-    await stopAllChildren();
-    await dropSchema(admin, schema);
-    await admin.destroy();
-  });
+  afterAll(() => tearDownFaultCase(admin, schema));
 
   it('keeps the key by heartbeat: every duplicate during the action is in flight, none steals it', async () => {
     const key = randomUUID();

@@ -8,18 +8,17 @@
  */
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
-import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { scratchSchema } from '../support/postgres';
 import {
   Child,
-  createFaultTables,
   eventsOf,
   executionsOf,
   expectNoRawKeys,
   is,
   recordResult,
   recordsOf,
-  startChild,
-  stopAllChildren,
+  setUpFaultCase,
+  tearDownFaultCase,
 } from './support/harness';
 
 const POOL = 3;
@@ -42,20 +41,13 @@ describe('fault 5: the connection pool is exhausted by waiting duplicates', () =
     | undefined;
 
   beforeAll(async () => {
-    admin = await openDataSource();
-    await createFaultTables(admin, schema);
-    const env = { PG_URL: testDatabaseUrl(), SCHEMA: schema, POOL };
-    [holderSide, otherSide] = await Promise.all([
-      startChild('worker', 'holder + 30 waiters', env),
-      startChild('worker', '30 waiters', env),
-    ]);
+    ({
+      admin,
+      workers: [holderSide, otherSide],
+    } = await setUpFaultCase(schema, ['holder + 30 waiters', '30 waiters'], { POOL }));
   }, 120_000);
 
-  afterAll(async () => {
-    await stopAllChildren();
-    await dropSchema(admin, schema);
-    await admin.destroy();
-  });
+  afterAll(() => tearDownFaultCase(admin, schema));
 
   it(`wakes ${WAITERS} waiters per process (pool ${POOL}) with the replay; no deadlock, one execution`, async () => {
     const key = randomUUID();

@@ -11,6 +11,7 @@ import {
   TypeOrmIdempotencyStoreOptions,
 } from 'nest-idempotency';
 import { DataSource } from 'typeorm';
+import { dropSchema, openDataSource, testDatabaseUrl } from '../../support/postgres';
 import type { ChildCommand, ChildMessage } from './protocol';
 
 const ROOT = path.resolve(__dirname, '../../..');
@@ -196,6 +197,34 @@ export async function startChild(
 export async function stopAllChildren(): Promise<void> {
   await Promise.all([...children].map((c) => c.kill()));
   children.clear();
+}
+
+/**
+ * The usual fixture of a fault case: a DataSource on the test server, the
+ * case's tables in its scratch schema, and worker processes on that schema.
+ */
+export async function setUpFaultCase(
+  schema: string,
+  workers: string[],
+  env: Record<string, string | number> = {},
+): Promise<{ admin: DataSource; workers: Child[] }> {
+  const admin = await openDataSource();
+  await createFaultTables(admin, schema);
+  const childEnv = { PG_URL: testDatabaseUrl(), SCHEMA: schema, ...env };
+  return {
+    admin,
+    workers: await Promise.all(workers.map((name) => startChild('worker', name, childEnv))),
+  };
+}
+
+export async function tearDownFaultCase(
+  admin: DataSource | undefined,
+  schema: string,
+): Promise<void> {
+  await stopAllChildren();
+  if (!admin) return;
+  await dropSchema(admin, schema);
+  await admin.destroy();
 }
 
 /** The records table (as the migration creates it) and the executions table the actions write to. */
