@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, connect, AddressInfo, Server, Socket } from 'node:net';
-import type { Pool } from 'pg';
+import { Client, Pool, QueryConfig } from 'pg';
 import { DataSource, DataSourceOptions, Logger } from 'typeorm';
 import {
   AcquireRequest,
@@ -470,17 +470,123 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
           async () => ({ id: key }),
         );
       await run('warm-up'); // opens the LISTEN connection outside the pool (not a statement per call)
+      // Every statement any pg client in this process sends; only this test's DataSource is busy.
+      const sent = jest.spyOn(Client.prototype, 'query');
 
       logger.queries = [];
       await expect(run('first')).resolves.toMatchObject({ kind: 'executed' });
+      expect(sent).toHaveBeenCalledTimes(2);
+      expect(sent.mock.calls.map(([config]) => (config as unknown as QueryConfig).name)).toEqual([
+        expect.stringMatching(/^nest_idem_acquire_/),
+        expect.stringMatching(/^nest_idem_complete_/),
+      ]);
+      // ...and the DataSource's logger still sees each one.
       expect(logger.queries).toHaveLength(2);
       expect(logger.queries[0]).toContain('WITH stolen AS');
       expect(logger.queries[1]).toContain('WITH done AS');
 
+      sent.mockClear();
       logger.queries = [];
       await expect(run('first')).resolves.toMatchObject({ kind: 'replayed' });
+      expect(sent).toHaveBeenCalledTimes(1);
       expect(logger.queries).toHaveLength(1);
       expect(logger.queries[0]).toContain('WITH stolen AS');
+    });
+  });
+
+  describe('prepared statements', () => {
+    /** The prepared statements of the DataSource's only connection (pool of 1). */
+    async function preparedOn(
+      dataSource: DataSource,
+    ): Promise<Array<{ name: string; executions: number }>> {
+      return dataSource.query(
+        `SELECT name, (generic_plans + custom_plans)::int AS executions
+         FROM pg_prepared_statements WHERE name LIKE 'nest_idem_%' ORDER BY name`,
+      );
+    }
+
+    const leaseOf = (result: AcquireResult) => (result as { leaseId: string }).leaseId;
+
+    it('sends acquire, complete, release and extend by name, parsed once per connection and reused', async () => {
+      const schema = newSchema();
+      const dataSource = await newDataSource({ extra: { max: 1 } });
+      const store = newStore(dataSource, { schema, ensureSchema: true });
+      for (const key of ['a', 'b', 'c']) {
+        const lease = leaseOf(await store.tryAcquire(request('s', key)));
+        await expect(store.extend({ scope: 's', key }, lease, 30_000)).resolves.toBe(true);
+        await store.complete({ scope: 's', key }, lease, key, 60_000);
+        await expect(store.tryAcquire(request('s', key))).resolves.toMatchObject({
+          kind: 'duplicate',
+          payload: key,
+        });
+      }
+      await store.release(
+        { scope: 's', key: 'd' },
+        leaseOf(await store.tryAcquire(request('s', 'd'))),
+      );
+      await store.purgeExpired();
+      await store.list();
+
+      const prepared = await preparedOn(dataSource);
+      expect(prepared.map((p) => p.name.replace(/_[0-9a-f]{16}$/, ''))).toEqual([
+        'nest_idem_acquire',
+        'nest_idem_complete',
+        'nest_idem_extend',
+        'nest_idem_release',
+      ]);
+      const executions = Object.fromEntries(
+        prepared.map((p) => [p.name.replace(/_[0-9a-f]{16}$/, ''), p.executions]),
+      );
+      expect(executions).toEqual({
+        nest_idem_acquire: 7,
+        nest_idem_complete: 3,
+        nest_idem_extend: 3,
+        nest_idem_release: 1,
+      });
+    });
+
+    it('sends nothing by name with preparedStatements: false', async () => {
+      const schema = newSchema();
+      const dataSource = await newDataSource({ extra: { max: 1 } });
+      const store = newStore(dataSource, { schema, ensureSchema: true, preparedStatements: false });
+      await roundTrip(store);
+      await expect(preparedOn(dataSource)).resolves.toEqual([]);
+    });
+
+    it('keeps two stores on different tables of one connection apart', async () => {
+      const schema = newSchema();
+      const dataSource = await newDataSource({ extra: { max: 1 } });
+      const first = newStore(dataSource, { schema, ensureSchema: true });
+      const second = newStore(dataSource, { schema, table: 'other_records', ensureSchema: true });
+      await roundTrip(first);
+      await roundTrip(second);
+      const rows = await admin.query(
+        `SELECT (SELECT count(*) FROM "${schema}".idempotency_records)::int AS first,
+                (SELECT count(*) FROM "${schema}".other_records)::int AS second`,
+      );
+      expect(rows[0]).toEqual({ first: 1, second: 1 });
+      await expect(preparedOn(dataSource)).resolves.toHaveLength(4);
+    });
+
+    it('keeps the connection and its statements through a statement error, and follows the table when it is recreated', async () => {
+      const schema = newSchema();
+      const dataSource = await newDataSource({ extra: { max: 1 } });
+      const store = newStore(dataSource, { schema, ensureSchema: true });
+      const backend = async () => (await dataSource.query('SELECT pg_backend_pid() AS pid'))[0].pid;
+      await roundTrip(store);
+      const pid = await backend();
+
+      await admin.query(`DROP TABLE "${schema}".idempotency_records`);
+      const error = await rejection(store.tryAcquire(request('s', 'after-drop')));
+      expect(error).not.toBeInstanceOf(IdempotencyStoreUnavailableError);
+      expect(error.message).toMatch(/idempotency_records.*does not exist/);
+
+      for (const sql of createTableSql({ schema, table: 'idempotency_records' }))
+        await admin.query(sql);
+      await expect(store.tryAcquire(request('s', 'after-drop'))).resolves.toMatchObject({
+        kind: 'acquired',
+      });
+      expect(await backend()).toBe(pid);
     });
   });
 

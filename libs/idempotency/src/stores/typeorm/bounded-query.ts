@@ -2,17 +2,14 @@ import type { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../../core/errors';
 
 /**
- * One statement through the DataSource, given up after `timeoutMs` (waiting for
- * a pooled connection included) with `IdempotencyStoreUnavailableError`. The
- * statement itself is not cancelled on the server.
+ * Settles like `work`, unless `timeoutMs` passes first: then it rejects with
+ * `IdempotencyStoreUnavailableError`. `work` itself is not cancelled.
  */
-export async function boundedQuery<T>(
-  dataSource: DataSource,
+export async function withinTimeout<T>(
+  work: Promise<T>,
   timeoutMs: number,
   operation: string,
-  sql: string,
-  params: unknown[] = [],
-): Promise<T[]> {
+): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
@@ -26,8 +23,23 @@ export async function boundedQuery<T>(
     );
   });
   try {
-    return (await Promise.race([dataSource.query(sql, params), timeout])) as T[];
+    return await Promise.race([work, timeout]);
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * One statement through the DataSource, given up after `timeoutMs` (waiting for
+ * a pooled connection included) with `IdempotencyStoreUnavailableError`. The
+ * statement itself is not cancelled on the server.
+ */
+export function boundedQuery<T>(
+  dataSource: DataSource,
+  timeoutMs: number,
+  operation: string,
+  sql: string,
+  params: unknown[] = [],
+): Promise<T[]> {
+  return withinTimeout(dataSource.query(sql, params) as Promise<T[]>, timeoutMs, operation);
 }

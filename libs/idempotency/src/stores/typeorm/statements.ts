@@ -23,6 +23,14 @@ export interface Statements {
   list: string;
 }
 
+/**
+ * The statements on every request's path. The store sends these as named
+ * prepared statements; the others (purge, count, find, list) run rarely and
+ * are planned for their actual parameters.
+ */
+export const HOT_STATEMENTS = ['acquire', 'complete', 'release', 'extend'] as const;
+export type HotStatement = (typeof HOT_STATEMENTS)[number];
+
 const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created_at, completed_at, fingerprint,
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
   (state = 'IN_PROGRESS' AND lease_expires_at <= now()) AS lease_expired`;

@@ -28,7 +28,8 @@ import {
   PRIMARY_KEY_QUERY,
 } from './schema';
 import { boundedQuery } from './bounded-query';
-import { buildStatements, Statements } from './statements';
+import { preparedName, preparedQuery } from './prepared-query';
+import { buildStatements, HOT_STATEMENTS, HotStatement, Statements } from './statements';
 import { channelFor, DEFAULT_TABLE, recordIdOf, TableName } from './table';
 import { isUnavailable } from './unavailable';
 
@@ -50,6 +51,13 @@ export interface TypeOrmIdempotencyStoreOptions {
   operationTimeoutMs?: number;
   /** Fallback poll for waiting duplicates when a notification is missed. Default 1000 ms. */
   pollIntervalMs?: number;
+  /**
+   * Send acquire, complete, release and extend as named prepared statements
+   * (each connection parses and plans them once). Default true. Turn off behind
+   * a pooler that cannot keep prepared statements (PgBouncer in transaction mode
+   * before 1.21, or without `max_prepared_statements`).
+   */
+  preparedStatements?: boolean;
   logger?: IdempotencyLogger;
 }
 
@@ -86,6 +94,8 @@ const PURGE_BATCH = 1000;
 export class TypeOrmIdempotencyStore implements IdempotencyStore {
   readonly tableName: TableName;
   private readonly sql: Statements;
+  /** Prepared-statement names of the hot statements; empty when `preparedStatements` is off. */
+  private readonly names: Partial<Record<HotStatement, string>> = {};
   private readonly channel: string;
   private readonly waiters = new WaiterRegistry();
   private readonly maxPayloadBytes: number;
@@ -110,6 +120,10 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       table: options.table ?? DEFAULT_TABLE.table,
     };
     this.sql = buildStatements(this.tableName);
+    if (options.preparedStatements ?? true) {
+      for (const operation of HOT_STATEMENTS)
+        this.names[operation] = preparedName(operation, this.sql[operation]);
+    }
     this.channel = channelFor(this.tableName);
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;
@@ -323,8 +337,11 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     sql: string,
     params: unknown[],
   ): Promise<T[]> {
+    const name = this.names[operation as HotStatement];
     try {
-      return await boundedQuery<T>(this.dataSource, this.timeoutMs, operation, sql, params);
+      return name
+        ? await preparedQuery<T>(this.dataSource, this.timeoutMs, operation, name, sql, params)
+        : await boundedQuery<T>(this.dataSource, this.timeoutMs, operation, sql, params);
     } catch (error) {
       if (error instanceof IdempotencyStoreUnavailableError) throw error;
       if (isUnavailable(error)) {
