@@ -1,13 +1,15 @@
 /**
  * 1. The store against its floor: the very statements the store sends
- * (buildStatements(), imported, not retyped), sent straight through a `pg` Pool
- * of the same size with the same concurrency and parameters. A third variant
- * sends them as named prepared statements, which the store does not do: it
- * shows what parsing and planning each statement costs PostgreSQL.
+ * (buildStatements(), imported, not retyped), under the names the store
+ * prepares them by, sent straight through a `pg` Pool of the same size with the
+ * same concurrency and parameters. A third variant sends them unnamed (as the
+ * store does with `preparedStatements: false`): it shows what parsing and
+ * planning each statement costs PostgreSQL.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Pool, QueryConfig } from 'pg';
 import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { preparedName } from '../../libs/idempotency/src/stores/typeorm/prepared-query';
 import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/statements';
 import { channelFor, recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
 import { CpuSplit, withCpu } from '../lib/cpu';
@@ -30,9 +32,10 @@ import {
 
 const APP_STORE = 'idem-bench-store';
 const APP_FLOOR = 'idem-bench-floor';
-const APP_NAMED = 'idem-bench-floor-named';
+const APP_UNNAMED = 'idem-bench-floor-unnamed';
 
-type Variant = 'store' | 'floor' | 'named';
+type Variant = 'store' | 'floor' | 'unnamed';
+type Raw = Exclude<Variant, 'store'>;
 type Run = Throughput & { cpu: CpuSplit };
 
 export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
@@ -46,7 +49,11 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
   });
   const pools = {
     floor: new Pool({ connectionString: ctx.url, max: config.pool, application_name: APP_FLOOR }),
-    named: new Pool({ connectionString: ctx.url, max: config.pool, application_name: APP_NAMED }),
+    unnamed: new Pool({
+      connectionString: ctx.url,
+      max: config.pool,
+      application_name: APP_UNNAMED,
+    }),
   };
   try {
     await store.init();
@@ -59,9 +66,13 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
     const remember = (key: string) => {
       if (completed.length < 50_000) completed.push(key);
     };
-    /** One statement through a raw pool: unnamed as the store sends it, or named (prepared once per connection). */
-    const send = (variant: 'floor' | 'named', name: string, text: string, values: unknown[]) => {
-      const query: QueryConfig = variant === 'named' ? { name, text, values } : { text, values };
+    /** One statement through a raw pool: named as the store sends it (prepared once per connection), or unnamed. */
+    const send = (variant: Raw, operation: 'acquire' | 'complete', values: unknown[]) => {
+      const text = sql[operation];
+      const query: QueryConfig =
+        variant === 'floor'
+          ? { name: preparedName(operation, text), text, values }
+          : { text, values };
       return pools[variant].query(query);
     };
 
@@ -75,14 +86,14 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         remember(key);
       },
       floor: (tag) => rawFirst('floor', tag),
-      named: (tag) => rawFirst('named', tag),
+      unnamed: (tag) => rawFirst('unnamed', tag),
     };
-    function rawFirst(variant: 'floor' | 'named', tag: string) {
+    function rawFirst(variant: Raw, tag: string) {
       return async (caller: number, i: number) => {
         const key = `${run}-${tag}-${caller}-${i}`;
         const id = recordIdOf(SCOPE, key);
         const leaseId = randomUUID();
-        const acquired = await send(variant, 'bench_acquire', sql.acquire, [
+        const acquired = await send(variant, 'acquire', [
           id,
           SCOPE,
           key,
@@ -93,7 +104,7 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         ]);
         if (acquired.rows[0]?.outcome !== 'acquired')
           throw new Error(`${variant}: fresh key not acquired`);
-        const done = await send(variant, 'bench_complete', sql.complete, [
+        const done = await send(variant, 'complete', [
           id,
           leaseId,
           JSON.stringify({ v: resultFor(key) }),
@@ -107,9 +118,9 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
     }
     const pick = (caller: number, i: number) =>
       completed[(caller * 7919 + i * 31) % completed.length];
-    const rawReplay = (variant: 'floor' | 'named') => async (caller: number, i: number) => {
+    const rawReplay = (variant: Raw) => async (caller: number, i: number) => {
       const key = pick(caller, i);
-      const { rows } = await send(variant, 'bench_acquire', sql.acquire, [
+      const { rows } = await send(variant, 'acquire', [
         recordIdOf(SCOPE, key),
         SCOPE,
         key,
@@ -129,11 +140,15 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         if (outcome.kind !== 'replayed') throw new Error(`store: completed key ${outcome.kind}`);
       },
       floor: rawReplay('floor'),
-      named: rawReplay('named'),
+      unnamed: rawReplay('unnamed'),
     };
 
-    const apps: Record<Variant, string> = { store: APP_STORE, floor: APP_FLOOR, named: APP_NAMED };
-    const variants: Variant[] = ['store', 'floor', 'named'];
+    const apps: Record<Variant, string> = {
+      store: APP_STORE,
+      floor: APP_FLOOR,
+      unnamed: APP_UNNAMED,
+    };
+    const variants: Variant[] = ['store', 'floor', 'unnamed'];
     let phase = 0;
     const timed = async (
       variant: Variant,
@@ -181,7 +196,7 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         result: `${ratio.median.toFixed(2)} (${rate(samples.store).toFixed(0)}/s vs ${rate(samples.floor).toFixed(0)}/s)`,
         target: '≥ 0.80',
         verdict: verdict(ratio.median >= 0.8),
-        how: `ratio: median of the rounds' ratios ${ratio.each.map((x) => x.toFixed(2)).join(' / ')}; rates: medians; store (IdempotencyEngine + TypeOrmIdempotencyStore) runs ${runs(samples.store)}; floor (same SQL through pg.Pool) runs ${runs(samples.floor)}`,
+        how: `ratio: median of the rounds' ratios ${ratio.each.map((x) => x.toFixed(2)).join(' / ')}; rates: medians; store (IdempotencyEngine + TypeOrmIdempotencyStore) runs ${runs(samples.store)}; floor (same SQL, same statement names, through pg.Pool) runs ${runs(samples.floor)}`,
       };
     };
     const tripsRow = (label: string, samples: Record<string, Run[]>, target: number) => {
@@ -212,25 +227,24 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
       result: `store ${cpuText(samples, 'store')}; floor ${cpuText(samples, 'floor')}`,
       target: '',
       verdict: '',
-      how: `Node (this process) + PostgreSQL (the embedded server's processes), CPU microseconds per operation, medians of the runs; named statements: ${cpuText(samples, 'named')}`,
+      how: `Node (this process) + PostgreSQL (the embedded server's processes), CPU microseconds per operation, medians of the runs; the same statements unnamed: ${cpuText(samples, 'unnamed')}`,
     });
-    const namedRow = (label: string, samples: Record<string, Run[]>): ResultRow => {
-      const ratio = paired(samples, 'named', 'floor');
-      const store = paired(samples, 'store', 'named');
+    const unnamedRow = (label: string, samples: Record<string, Run[]>): ResultRow => {
+      const ratio = paired(samples, 'unnamed', 'floor');
       return {
         section: '1. Floor',
         measurement: label,
-        result: `${ratio.median.toFixed(2)} (${rate(samples.named).toFixed(0)}/s)`,
+        result: `${ratio.median.toFixed(2)} (${rate(samples.unnamed).toFixed(0)}/s)`,
         target: '',
         verdict: '',
-        how: `the floor's statements as named prepared statements (parsed once per connection), which the store does not use: rounds' ratios to the floor ${ratio.each.map((x) => x.toFixed(2)).join(' / ')}; runs ${runs(samples.named)}; the store reaches ${store.median.toFixed(2)} of it`,
+        how: `the floor's statements sent unnamed (PostgreSQL parses and plans every one), as the store sends them with preparedStatements: false: rounds' ratios to the floor ${ratio.each.map((x) => x.toFixed(2)).join(' / ')}; runs ${runs(samples.unnamed)}`,
       };
     };
     const ratios = {
       first: paired(firsts, 'store', 'floor').median,
       replay: paired(replays, 'store', 'floor').median,
-      namedFirst: paired(firsts, 'named', 'floor').median,
-      namedReplay: paired(replays, 'named', 'floor').median,
+      unnamedFirst: paired(firsts, 'unnamed', 'floor').median,
+      unnamedReplay: paired(replays, 'unnamed', 'floor').median,
     };
     return {
       rows: [
@@ -240,17 +254,17 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         tripsRow('Round trips per replay', replays, 1),
         cpuRow('CPU per first execution, Node + PostgreSQL', firsts),
         cpuRow('CPU per replay, Node + PostgreSQL', replays),
-        namedRow('First executions/s, named prepared statements ÷ floor', firsts),
-        namedRow('Replays/s, named prepared statements ÷ floor', replays),
+        unnamedRow('First executions/s, unnamed statements ÷ floor', firsts),
+        unnamedRow('Replays/s, unnamed statements ÷ floor', replays),
       ],
       method: [
-        `Floor: ${config.concurrency} callers, pool ${config.pool} on every side, one table. The floor sends \`acquire\` then \`complete\` (a first execution) or \`acquire\` alone (a replay) from \`buildStatements()\`, imported from the library, with the parameters the store passes (sha256 record id, scope, key, a fresh lease UUID, lease and ttl in ms, fingerprint null; the payload JSON, the NOTIFY channel and hex id), unnamed as the store sends them (PostgreSQL parses and plans each one). A third variant sends the same statements named, so each connection prepares them once. ${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of store / floor / named, ${config.seconds} s each. CPU per operation: this process's \`process.cpuUsage()\`, and the embedded PostgreSQL's processes from /proc (utime + stime of the benchmark's process tree minus this process).`,
+        `Floor: ${config.concurrency} callers, pool ${config.pool} on every side, one table. The floor sends \`acquire\` then \`complete\` (a first execution) or \`acquire\` alone (a replay) from \`buildStatements()\`, imported from the library, with the parameters the store passes (sha256 record id, scope, key, a fresh lease UUID, lease and ttl in ms, fingerprint null; the payload JSON, the NOTIFY channel and hex id), named as the store names them (\`preparedName()\`, imported), so each connection prepares them once. A third variant sends the same statements unnamed, so PostgreSQL parses and plans each one, as with \`preparedStatements: false\`. ${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of store / floor / unnamed, ${config.seconds} s each. CPU per operation: this process's \`process.cpuUsage()\`, and the embedded PostgreSQL's processes from /proc (utime + stime of the benchmark's process tree minus this process).`,
       ],
       notes: floorNotes(
         ratios,
         { first: perOp(firsts.store), replay: perOp(replays.store) },
         { first: perOp(firsts.floor), replay: perOp(replays.floor) },
-        { first: perOp(firsts.named), replay: perOp(replays.named) },
+        { first: perOp(firsts.unnamed), replay: perOp(replays.unnamed) },
         Buffer.byteLength(sql.acquire),
         { storeReplay: rate(replays.store), floorReplay: rate(replays.floor) },
       ),
@@ -265,10 +279,10 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
 type PerOp = { node: number; pg?: number };
 
 function floorNotes(
-  r: { first: number; replay: number; namedFirst: number; namedReplay: number },
+  r: { first: number; replay: number; unnamedFirst: number; unnamedReplay: number },
   store: { first: PerOp; replay: PerOp },
   floor: { first: PerOp; replay: PerOp },
-  named: { first: PerOp; replay: PerOp },
+  unnamed: { first: PerOp; replay: PerOp },
   acquireBytes: number,
   rates: { storeReplay: number; floorReplay: number },
 ): string[] {
@@ -283,7 +297,7 @@ function floorNotes(
     return t === undefined ? '?' : ((t * perSecond) / 1e6).toFixed(2);
   };
   return [
-    `Against the floor, the store keeps ${r.first.toFixed(2)} of the raw SQL's rate for first executions and ${r.replay.toFixed(2)} for replays${missed.length ? `; under the 0.80 target: ${missed.join(', ')}` : ''}. Both send the same statements with the same round trips; PostgreSQL spends about the same on either (per replay ${us(store.replay.pg)} for the store, ${us(floor.replay.pg)} for the floor; per first execution ${us(store.first.pg)} and ${us(floor.first.pg)}). The difference is on the Node side: per replay ${us(store.replay.node)} in the store against ${us(floor.replay.node)} in the floor, per first execution ${us(store.first.node)} against ${us(floor.first.node)}. That extra work is the engine's validation and SHA-256 digest of the key (for its messages), the store's own SHA-256 record id, a waiter ticket, TypeORM's query runner (created, connected and released around every statement) and the operation-timeout race; on a first execution also the payload check and the heartbeat timer. Neither side saturated the two cores during replays (Node and PostgreSQL together kept ${cores(store.replay, rates.storeReplay)} cores busy for the store, ${cores(floor.replay, rates.floorReplay)} for the floor), so the store's extra steps per call cost latency between round trips as well as CPU.`,
-    `PostgreSQL's share is the larger one, and most of it is parsing and planning: the store's statements go out unnamed (TypeORM's \`dataSource.query\`), so PostgreSQL parses and plans every one, \`acquire\` alone being ${(acquireBytes / 1024).toFixed(1)} KiB of SQL. Sent as named prepared statements (each connection prepares them once), the same SQL ran at ${r.namedReplay.toFixed(2)}× the floor's rate for replays and ${r.namedFirst.toFixed(2)}× for first executions; PostgreSQL's CPU per replay fell from ${us(floor.replay.pg)} to ${us(named.replay.pg)}, per first execution from ${us(floor.first.pg)} to ${us(named.first.pg)}. That is the bigger opportunity than the Node-side overhead: the store could send its statements by name through the \`pg\` pool under the DataSource (which it already uses for LISTEN), one name per statement and table. Library code is unchanged by this benchmark; this is reported, not done.`,
+    `Against the floor, the store keeps ${r.first.toFixed(2)} of the raw SQL's rate for first executions and ${r.replay.toFixed(2)} for replays${missed.length ? `; under the 0.80 target: ${missed.join(', ')}` : ''}. Both send the same named statements with the same round trips; PostgreSQL spends about the same on either (per replay ${us(store.replay.pg)} for the store, ${us(floor.replay.pg)} for the floor; per first execution ${us(store.first.pg)} and ${us(floor.first.pg)}). The difference is on the Node side: per replay ${us(store.replay.node)} in the store against ${us(floor.replay.node)} in the floor, per first execution ${us(store.first.node)} against ${us(floor.first.node)}. That extra work is the engine's validation and SHA-256 digest of the key (for its messages), the store's own SHA-256 record id, a waiter ticket, the pool checkout with its error listener, the DataSource logger call and the operation-timeout race; on a first execution also the payload check and the heartbeat timer. During replays Node and PostgreSQL together kept ${cores(store.replay, rates.storeReplay)} cores busy for the store and ${cores(floor.replay, rates.floorReplay)} for the floor.`,
+    `Prepared statements are what the floor is made of: sent unnamed (as with \`preparedStatements: false\`), PostgreSQL parses and plans every statement, \`acquire\` alone being ${(acquireBytes / 1024).toFixed(1)} KiB of SQL, and the same SQL ran at ${r.unnamedReplay.toFixed(2)} of the floor's rate for replays and ${r.unnamedFirst.toFixed(2)} for first executions; PostgreSQL's CPU per replay was ${us(unnamed.replay.pg)} unnamed against ${us(floor.replay.pg)} named, per first execution ${us(unnamed.first.pg)} against ${us(floor.first.pg)}.`,
   ];
 }
