@@ -94,7 +94,8 @@ export class IdempotencyEngine {
     );
     const ttlMs = parseDuration(request.ttl, 'ttl', { allowZero: false }, request.scope);
     const id: RecordId = { scope: request.scope, key: request.key };
-    const digest = keyDigest(request.scope, request.key);
+    // Only for messages: a replay, the most frequent outcome, never needs it.
+    const digest = () => keyDigest(request.scope, request.key);
 
     const acquired = await this.store.tryAcquire({
       ...id,
@@ -111,13 +112,13 @@ export class IdempotencyEngine {
           completedAt: acquired.completedAt,
         };
       case 'in-flight':
-        throw new IdempotencyInFlightException(acquired.retryAfterMs, request.scope, digest);
+        throw new IdempotencyInFlightException(acquired.retryAfterMs, request.scope, digest());
       case 'fingerprint-mismatch':
-        throw new IdempotencyFingerprintMismatchException(request.scope, digest);
+        throw new IdempotencyFingerprintMismatchException(request.scope, digest());
       case 'acquired':
         return {
           kind: 'executed',
-          value: await this.run(id, digest, acquired.leaseId, leaseMs, ttlMs, action, toPayload),
+          value: await this.run(id, digest(), acquired.leaseId, leaseMs, ttlMs, action, toPayload),
         };
       default:
         return assertNever(acquired);
