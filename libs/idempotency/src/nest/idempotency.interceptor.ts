@@ -8,7 +8,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { from, lastValueFrom, Observable } from 'rxjs';
-import { ExecuteOutcome, IdempotencyEngine } from '../core/engine';
+import { ExecuteOutcome, ExecuteRequest, IdempotencyEngine } from '../core/engine';
 import {
   IdempotencyCompletionError,
   IdempotencyError,
@@ -232,7 +232,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let handlerFailed = false;
     try {
       return await this.engine.execute<unknown, P>(
-        { ...this.identity(context, plan, key), fingerprint },
+        this.executeRequest(context, plan, key, fingerprint),
         async () => {
           try {
             return await lastValueFrom(next.handle(), { defaultValue: undefined });
@@ -306,7 +306,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
   }
 
-  private identity(context: ExecutionContext, plan: HandlerPlan, key: string) {
+  /** One literal: spreading an object into another costs microseconds per call on Node 20. */
+  private executeRequest(
+    context: ExecutionContext,
+    plan: HandlerPlan,
+    key: string,
+    fingerprint: string | undefined,
+  ): ExecuteRequest {
     const tenant = this.options.tenant?.(context);
     return {
       scope: tenant === undefined ? plan.scope : `${plan.scope}#tenant:${tenant}`,
@@ -314,6 +320,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       lease: plan.leaseMs,
       waitTimeout: plan.waitTimeoutMs,
       ttl: plan.ttlMs,
+      fingerprint,
     };
   }
 

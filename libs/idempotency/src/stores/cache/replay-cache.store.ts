@@ -135,6 +135,7 @@ export class ReplayCachingStore implements IdempotencyStore {
   }
 }
 
+/** Unambiguous for any scope and key: the scope's length says where the key starts. */
 function keyOf(id: RecordId): string {
-  return JSON.stringify([id.scope, id.key]);
+  return `${id.scope.length}:${id.scope}${id.key}`;
 }
