@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import { Command } from 'commander';
+import type { Pool } from 'pg';
 import type { DataSource } from 'typeorm';
 import { IdempotencyLeaseLostError } from '../core/errors';
 import { AcquireRequest, AcquireResult, RecordId } from '../core/store';
@@ -677,19 +678,19 @@ async function shiftedClock<T>(offsetMs: number, call: () => Promise<T>): Promis
   }
 }
 
-/** Resolves `next()` when the next statement sent through `dataSource.query` has been answered. */
+/**
+ * Resolves `next()` when the next statement on the DataSource's pool has been
+ * answered: the pool gets its connection back after every statement, whether
+ * the store sent it by name or through `dataSource.query`.
+ */
 class AnsweredQueries {
   private waiting: Array<() => void> = [];
 
   constructor(dataSource: DataSource) {
-    const query = dataSource.query.bind(dataSource);
-    dataSource.query = (async (...args: Parameters<DataSource['query']>) => {
-      try {
-        return await query(...args);
-      } finally {
-        for (const resolve of this.waiting.splice(0)) resolve();
-      }
-    }) as DataSource['query'];
+    const pool = (dataSource.driver as unknown as { master: Pool }).master;
+    pool.on('release', () => {
+      for (const resolve of this.waiting.splice(0)) resolve();
+    });
   }
 
   next(): Promise<void> {
