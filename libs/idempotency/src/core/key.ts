@@ -12,6 +12,11 @@ export function keyDigest(scope: string, key: string): string {
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f]/;
 
+/** True when `text` holds a character no key or scope may contain (C0 controls, DEL). */
+export function hasControlCharacters(text: string): boolean {
+  return CONTROL.test(text);
+}
+
 /** Throws `IdempotencyKeyError` unless `key` is a usable key. Never echoes the key itself. */
 export function assertValidKey(
   scope: string,
@@ -31,7 +36,7 @@ export function assertValidKey(
       `${scope}: idempotency key ${keyDigest(scope, key)} is ${key.length} characters; the maximum is ${maxLength}`,
     );
   }
-  if (CONTROL.test(key)) {
+  if (hasControlCharacters(key)) {
     throw new IdempotencyKeyError(
       `${scope}: idempotency key ${keyDigest(scope, key)} contains control characters`,
     );
@@ -42,7 +47,7 @@ export function assertValidScope(scope: unknown): asserts scope is string {
   if (typeof scope !== 'string' || scope.length === 0) {
     throw new IdempotencyKeyError(`idempotency scope must be a non-empty string`);
   }
-  if (CONTROL.test(scope)) {
+  if (hasControlCharacters(scope)) {
     throw new IdempotencyKeyError(`idempotency scope contains control characters`);
   }
 }

@@ -11,6 +11,7 @@ import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum';
 import { RequestMethod } from '@nestjs/common';
 import { parseDuration } from '../core/duration';
 import { IdempotencyConfigError } from '../core/errors';
+import { hasControlCharacters } from '../core/key';
 import { IdempotentOptions, IDEMPOTENT_METADATA, KeySource } from './idempotent.decorator';
 import {
   BUILT_IN_DEFAULTS,
@@ -96,8 +97,7 @@ export function compileHandlerPlan(
     options.scope !== undefined &&
     (typeof options.scope !== 'string' ||
       options.scope.length === 0 ||
-      // eslint-disable-next-line no-control-regex
-      /[\u0000-\u001f\u007f]/.test(options.scope))
+      hasControlCharacters(options.scope))
   ) {
     throw new IdempotencyConfigError(
       `${where}: option "scope" must be a non-empty string without control characters`,
