@@ -1,10 +1,10 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import { Command } from 'commander';
-import type { Pool } from 'pg';
 import type { DataSource } from 'typeorm';
 import { IdempotencyLeaseLostError } from '../core/errors';
 import { AcquireRequest, AcquireResult, RecordId } from '../core/store';
+import { poolOf } from '../stores/typeorm/pool';
 import { createTableSql } from '../stores/typeorm/schema';
 import { qualified, quoteIdent, TableName } from '../stores/typeorm/table';
 import { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
@@ -687,8 +687,7 @@ class AnsweredQueries {
   private waiting: Array<() => void> = [];
 
   constructor(dataSource: DataSource) {
-    const pool = (dataSource.driver as unknown as { master: Pool }).master;
-    pool.on('release', () => {
+    poolOf(dataSource)!.on('release', () => {
       for (const resolve of this.waiting.splice(0)) resolve();
     });
   }

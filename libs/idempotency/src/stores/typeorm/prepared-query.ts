@@ -3,6 +3,7 @@ import type { Pool, PoolClient } from 'pg';
 import type { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../../core/errors';
 import { withinTimeout } from './bounded-query';
+import { poolOf } from './pool';
 import { isUnavailable } from './unavailable';
 
 /**
@@ -30,7 +31,7 @@ export function preparedQuery<T>(
   params: unknown[],
 ): Promise<T[]> {
   dataSource.logger.logQuery(sql, params);
-  const pool = (dataSource.driver as unknown as { master?: Pool }).master;
+  const pool = poolOf(dataSource);
   if (!pool) {
     return Promise.reject(
       new IdempotencyStoreUnavailableError(

@@ -29,7 +29,6 @@ export interface Statements {
  * are planned for their actual parameters.
  */
 export const HOT_STATEMENTS = ['acquire', 'complete', 'release', 'extend'] as const;
-export type HotStatement = (typeof HOT_STATEMENTS)[number];
 
 const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created_at, completed_at, fingerprint,
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,

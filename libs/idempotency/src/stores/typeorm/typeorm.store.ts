@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import type { Pool } from 'pg';
 import type { DataSource } from 'typeorm';
 import {
   IdempotencyLeaseLostError,
@@ -28,8 +27,9 @@ import {
   PRIMARY_KEY_QUERY,
 } from './schema';
 import { boundedQuery } from './bounded-query';
+import { poolOf } from './pool';
 import { preparedName, preparedQuery } from './prepared-query';
-import { buildStatements, HOT_STATEMENTS, HotStatement, Statements } from './statements';
+import { buildStatements, HOT_STATEMENTS, Statements } from './statements';
 import { channelFor, DEFAULT_TABLE, recordIdOf, TableName } from './table';
 import { isUnavailable } from './unavailable';
 
@@ -94,8 +94,8 @@ const PURGE_BATCH = 1000;
 export class TypeOrmIdempotencyStore implements IdempotencyStore {
   readonly tableName: TableName;
   private readonly sql: Statements;
-  /** Prepared-statement names of the hot statements; empty when `preparedStatements` is off. */
-  private readonly names: Partial<Record<HotStatement, string>> = {};
+  /** Statement text → the name it is prepared under; empty when `preparedStatements` is off. */
+  private readonly preparedNames = new Map<string, string>();
   private readonly channel: string;
   private readonly waiters = new WaiterRegistry();
   private readonly maxPayloadBytes: number;
@@ -122,7 +122,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     this.sql = buildStatements(this.tableName);
     if (options.preparedStatements ?? true) {
       for (const operation of HOT_STATEMENTS)
-        this.names[operation] = preparedName(operation, this.sql[operation]);
+        this.preparedNames.set(this.sql[operation], preparedName(operation, this.sql[operation]));
     }
     this.channel = channelFor(this.tableName);
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
@@ -322,7 +322,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       columns,
       primaryKey.map((r) => r.column_name),
     );
-    const pool = (this.dataSource.driver as unknown as { master: Pool }).master;
+    const pool = poolOf(this.dataSource)!;
     this.listener = new PgNotificationListener(
       pool,
       this.channel,
@@ -337,7 +337,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     sql: string,
     params: unknown[],
   ): Promise<T[]> {
-    const name = this.names[operation as HotStatement];
+    const name = this.preparedNames.get(sql);
     try {
       return name
         ? await preparedQuery<T>(this.dataSource, this.timeoutMs, operation, name, sql, params)
