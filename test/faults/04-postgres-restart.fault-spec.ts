@@ -119,6 +119,36 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
     return token;
   }
 
+  /** An engine call whose action records an execution and returns at once. */
+  function charge(key: string) {
+    return run(key, () => recordExecution(ENGINE_SCOPE, key));
+  }
+
+  /**
+   * An engine call and a POST /held (`tag`), each on a new key, both held inside
+   * their action once this resolves; `release` lets both actions return.
+   */
+  async function holdInAction(tag: string) {
+    const engineKey = newKey();
+    const httpKey = newKey();
+    const gate = new Gate();
+    const entered = new Gate();
+    const engineCall = run(engineKey, async () => {
+      const token = await recordExecution(ENGINE_SCOPE, engineKey);
+      entered.open();
+      await gate.promise;
+      return token;
+    });
+    const httpCall = post('/held', httpKey, { tag });
+    await entered.promise;
+    await app.waitFor('the held handler', is.entered(tag), 10_000);
+    const release = () => {
+      gate.open();
+      app.send({ cmd: 'release', id: tag });
+    };
+    return { engineKey, httpKey, engineCall, httpCall, release };
+  }
+
   /** Resolves once `count` store statements containing `marker` are stalled by the trigger (bounded poll). */
   async function stalled(marker: string, count: number): Promise<void> {
     for (let i = 0; i < 500; i++) {
@@ -223,7 +253,7 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
     const engineKey = newKey();
     const httpKey = newKey();
     await stall('acquire', [engineKey, httpKey]);
-    const engineCall = run(engineKey, () => recordExecution(ENGINE_SCOPE, engineKey));
+    const engineCall = charge(engineKey);
     const httpCall = post('/charges', httpKey, { amount: 1 });
     await stalled('WITH stolen AS', 2);
 
@@ -233,7 +263,7 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
 
     const engineRetry = await untilRecovered(
       restartedAt,
-      () => run(engineKey, () => recordExecution(ENGINE_SCOPE, engineKey)),
+      () => charge(engineKey),
       (r) => r.outcome?.kind === 'executed',
     );
     const httpRetry = await untilRecovered(
@@ -241,7 +271,7 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
       () => post('/charges', httpKey, { amount: 1 }),
       (r) => r.status === 201,
     );
-    expect((await run(engineKey, () => recordExecution(ENGINE_SCOPE, engineKey))).outcome).toEqual({
+    expect((await charge(engineKey)).outcome).toEqual({
       kind: 'replayed',
       value: engineRetry.outcome!.value,
       completedAt: expect.any(Date),
@@ -252,26 +282,14 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
   }, 60_000);
 
   it('during the action: outage callers are refused in bounded time; the running actions complete once it is back', async () => {
-    const engineKey = newKey();
-    const httpKey = newKey();
-    const gate = new Gate();
-    const entered = new Gate();
-    const engineCall = run(engineKey, async () => {
-      const token = await recordExecution(ENGINE_SCOPE, engineKey);
-      entered.open();
-      await gate.promise;
-      return token;
-    });
-    const httpCall = post('/held', httpKey, { tag: 'held-action' });
-    await entered.promise;
-    await app.waitFor('the held handler', is.entered('held-action'), 10_000);
+    const { engineKey, httpKey, engineCall, httpCall, release } = await holdInAction('held-action');
 
     const outageKeys = Array.from({ length: 5 }, newKey);
     const before = refusalMs.length;
     const restartedAt = await restart(async () => {
       // While the server is down: new keys and duplicates of the running ones are refused.
       const engineOutage = await Promise.all([
-        ...outageKeys.map((k) => run(k, () => recordExecution(ENGINE_SCOPE, k))),
+        ...outageKeys.map((k) => charge(k)),
         run(engineKey, async () => 'a duplicate must not run'),
       ]);
       for (const r of engineOutage) expectUnavailable(r, 'unavailable during acquire');
@@ -285,8 +303,7 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
         await delay(10);
       expect(local.logs.join('\n')).toMatch(/heartbeat for faults\.restart\/#[0-9a-f]{12} failed/);
     });
-    gate.open();
-    app.send({ cmd: 'release', id: 'held-action' });
+    release();
     const engineDone = await engineCall;
     expect(engineDone.outcome?.kind).toBe('executed');
     const httpDone = await httpCall;
@@ -297,7 +314,7 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
     for (const k of outageKeys) {
       await untilRecovered(
         restartedAt,
-        () => run(k, () => recordExecution(ENGINE_SCOPE, k)),
+        () => charge(k),
         (r) => r.outcome?.kind === 'executed',
       );
       await untilRecovered(
@@ -318,25 +335,13 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
   }, 60_000);
 
   it('during completion: the completion waiting in PostgreSQL is retried after the restart and lands', async () => {
-    const engineKey = newKey();
-    const httpKey = newKey();
-    const gate = new Gate();
-    const entered = new Gate();
-    const engineCall = run(engineKey, async () => {
-      const token = await recordExecution(ENGINE_SCOPE, engineKey);
-      entered.open();
-      await gate.promise;
-      return token;
-    });
-    const httpCall = post('/held', httpKey, { tag: 'held-complete' });
-    await entered.promise;
-    await app.waitFor('the held handler', is.entered('held-complete'), 10_000);
+    const { engineKey, httpKey, engineCall, httpCall, release } =
+      await holdInAction('held-complete');
 
     // Let the actions return into a completion that stalls inside PostgreSQL.
     await stall('complete', [engineKey, httpKey]);
     const eventsBefore = local.events.length;
-    gate.open();
-    app.send({ cmd: 'release', id: 'held-complete' });
+    release();
     await stalled('WITH done AS', 2);
 
     const restartedAt = await restart();
@@ -361,28 +366,15 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
   }, 60_000);
 
   it('down for longer than the completion retries: the caller is told the outcome was not recorded; the key runs a second time after the restart, never a third', async () => {
-    const engineKey = newKey();
-    const httpKey = newKey();
+    const { engineKey, httpKey, engineCall, httpCall, release } = await holdInAction('held-long');
     twice.add(engineKey).add(httpKey);
-    const gate = new Gate();
-    const entered = new Gate();
-    const engineCall = run(engineKey, async () => {
-      const token = await recordExecution(ENGINE_SCOPE, engineKey);
-      entered.open();
-      await gate.promise;
-      return token;
-    });
-    const httpCall = post('/held', httpKey, { tag: 'held-long' });
-    await entered.promise;
-    await app.waitFor('the held handler', is.entered('held-long'), 10_000);
 
     // The actions return while the server is down, and it stays down until every
     // completion attempt has failed and both callers have their answer.
     let engineFailed: Awaited<typeof engineCall> | undefined;
     let httpFailed: HttpReply | undefined;
     const restartedAt = await restart(async () => {
-      gate.open();
-      app.send({ cmd: 'release', id: 'held-long' });
+      release();
       [engineFailed, httpFailed] = await Promise.all([engineCall, httpCall]);
     });
     expect(engineFailed!.error).toBeInstanceOf(IdempotencyCompletionError);
@@ -395,7 +387,7 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
     // The records stayed IN_PROGRESS (the work happened); once their leases lapse, a retry runs again.
     const engineAgain = await untilRecovered(
       restartedAt,
-      () => run(engineKey, () => recordExecution(ENGINE_SCOPE, engineKey)),
+      () => charge(engineKey),
       (r) => r.outcome?.kind === 'executed',
     );
     const httpAgain = await untilRecovered(

@@ -49,21 +49,39 @@ describe('fault 5: the connection pool is exhausted by waiting duplicates', () =
 
   afterAll(() => tearDownFaultCase(admin, schema));
 
-  it(`wakes ${WAITERS} waiters per process (pool ${POOL}) with the replay; no deadlock, one execution`, async () => {
+  /**
+   * On a new key: the holder (in holderSide) enters its action and holds it,
+   * then both sides start WAITERS duplicates of the key as burst `burstId`.
+   */
+  async function holdThenBurst(holdId: string, burstId: string): Promise<string> {
     const key = randomUUID();
     const request = { scope: SCOPE, key, lease: '5s', ttl: '1h' };
-
-    holderSide.send({ cmd: 'execute', id: 'h', ...request, waitTimeout: '0s', hold: true });
-    await holderSide.waitFor('the holder entering its action', is.entered('h'), 30_000);
-
+    holderSide.send({ cmd: 'execute', id: holdId, ...request, waitTimeout: '0s', hold: true });
+    await holderSide.waitFor('the holder entering its action', is.entered(holdId), 30_000);
     for (const side of [holderSide, otherSide]) {
       side.send({
         cmd: 'burst',
-        id: 'w',
+        id: burstId,
         count: WAITERS,
         request: { ...request, waitTimeout: '30s' },
       });
     }
+    return key;
+  }
+
+  /** One execution and one COMPLETE record with the holder's value; no event; no raw key printed. */
+  async function expectExecutedOnce(key: string, value: unknown) {
+    const executions = await executionsOf(admin, schema, SCOPE, key);
+    expect(executions).toHaveLength(1);
+    const records = await recordsOf(admin, schema, SCOPE, key);
+    expect(records).toMatchObject([{ state: 'COMPLETE', payload: { v: value } }]);
+    expect([...eventsOf(holderSide), ...eventsOf(otherSide)]).toEqual([]);
+    expectNoRawKeys(holderSide.output() + otherSide.output(), [key]);
+    return { executions, records };
+  }
+
+  it(`wakes ${WAITERS} waiters per process (pool ${POOL}) with the replay; no deadlock, one execution`, async () => {
+    const key = await holdThenBurst('h', 'w');
     // Every waiter parked, holding no connection, in both processes.
     for (const side of [holderSide, otherSide]) {
       side.send({ cmd: 'waiters', id: 'parked', count: WAITERS });
@@ -92,12 +110,7 @@ describe('fault 5: the connection pool is exhausted by waiting duplicates', () =
     // Woken by the notification, not by the 1 s fallback poll (nor the 30 s wait).
     expect(Math.max(...wake)).toBeLessThan(500);
 
-    const executions = await executionsOf(admin, schema, SCOPE, key);
-    expect(executions).toHaveLength(1);
-    const records = await recordsOf(admin, schema, SCOPE, key);
-    expect(records).toMatchObject([{ state: 'COMPLETE', payload: { v: h.result.value } }]);
-    expect([...eventsOf(holderSide), ...eventsOf(otherSide)]).toEqual([]);
-    expectNoRawKeys(holderSide.output() + otherSide.output(), [key]);
+    const { executions, records } = await expectExecutedOnce(key, h.result.value);
 
     parkedFigures = {
       executions: executions.length,
@@ -109,18 +122,7 @@ describe('fault 5: the connection pool is exhausted by waiting duplicates', () =
   }, 60_000);
 
   it('completes while the pool queue is full of first looks, and every duplicate still gets the replay', async () => {
-    const key = randomUUID();
-    const request = { scope: SCOPE, key, lease: '5s', ttl: '1h' };
-    holderSide.send({ cmd: 'execute', id: 'h2', ...request, waitTimeout: '0s', hold: true });
-    await holderSide.waitFor('the holder entering its action', is.entered('h2'), 30_000);
-    for (const side of [holderSide, otherSide]) {
-      side.send({
-        cmd: 'burst',
-        id: 'w2',
-        count: WAITERS,
-        request: { ...request, waitTimeout: '30s' },
-      });
-    }
+    const key = await holdThenBurst('h2', 'w2');
     // Released at once: the holder's completion queues behind the waiters' first looks.
     holderSide.send({ cmd: 'release', id: 'h2' });
     const h = await holderSide.waitFor('the holder result', is.result('h2'), 20_000);
@@ -134,12 +136,7 @@ describe('fault 5: the connection pool is exhausted by waiting duplicates', () =
       queued.push(burst.maxPoolWaiting);
     }
     expect(Math.max(...queued)).toBeGreaterThan(POOL);
-    const executions = await executionsOf(admin, schema, SCOPE, key);
-    expect(executions).toHaveLength(1);
-    const records = await recordsOf(admin, schema, SCOPE, key);
-    expect(records).toMatchObject([{ state: 'COMPLETE', payload: { v: h.result.value } }]);
-    expect([...eventsOf(holderSide), ...eventsOf(otherSide)]).toEqual([]);
-    expectNoRawKeys(holderSide.output() + otherSide.output(), [key]);
+    const { executions, records } = await expectExecutedOnce(key, h.result.value);
 
     const { wake } = parkedFigures!;
     recordResult({

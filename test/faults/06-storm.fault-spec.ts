@@ -7,16 +7,16 @@
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
-import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { scratchSchema, testDatabaseUrl } from '../support/postgres';
 import {
   Child,
-  createFaultTables,
   executionsOf,
   expectNoRawKeys,
   recordResult,
   recordsOf,
+  setUpFaultCase,
   startChild,
-  stopAllChildren,
+  tearDownFaultCase,
 } from './support/harness';
 
 const REQUESTS = 1000;
@@ -77,17 +77,12 @@ describe('fault 6: a storm of one key over two application processes', () => {
   let apps: Child[] = [];
 
   beforeAll(async () => {
-    admin = await openDataSource();
-    await createFaultTables(admin, schema);
+    ({ admin } = await setUpFaultCase(schema, []));
     const env = { PG_URL: testDatabaseUrl(), SCHEMA: schema, WORK_MS: 250, POOL: 10 };
     apps = await Promise.all([startChild('app', 'app A', env), startChild('app', 'app B', env)]);
   }, 120_000);
 
-  afterAll(async () => {
-    await stopAllChildren();
-    await dropSchema(admin, schema);
-    await admin.destroy();
-  });
+  afterAll(() => tearDownFaultCase(admin, schema));
 
   it(`runs the handler once for ${REQUESTS} concurrent requests; every response is the same, none is a 500`, async () => {
     const key = randomUUID();

@@ -6,8 +6,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
-import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
-import { createFaultTables, expectNoRawKeys, openEngine, recordResult } from './support/harness';
+import { scratchSchema, testDatabaseUrl } from '../support/postgres';
+import {
+  expectNoRawKeys,
+  openEngine,
+  recordResult,
+  setUpFaultCase,
+  tearDownFaultCase,
+} from './support/harness';
 
 const KEYS = 20_000;
 const CONCURRENCY = 64;
@@ -18,14 +24,10 @@ describe('fault 7: 20,000 distinct keys at concurrency 64', () => {
   let admin: DataSource;
 
   beforeAll(async () => {
-    admin = await openDataSource();
-    await createFaultTables(admin, schema);
+    ({ admin } = await setUpFaultCase(schema, []));
   });
 
-  afterAll(async () => {
-    await dropSchema(admin, schema);
-    await admin.destroy();
-  });
+  afterAll(() => tearDownFaultCase(admin, schema));
 
   it('executes every key exactly once and leaves every record COMPLETE', async () => {
     const local = await openEngine(testDatabaseUrl(), schema, { pool: 16 });

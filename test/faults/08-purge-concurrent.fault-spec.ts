@@ -14,16 +14,16 @@
  *   counted at the end, next to seeded expired ones that must be gone.
  */
 import { DataSource } from 'typeorm';
-import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { scratchSchema, testDatabaseUrl } from '../support/postgres';
 import {
   Child,
-  createFaultTables,
   eventsOf,
   expectNoRawKeys,
   is,
   recordResult,
+  setUpFaultCase,
   startChild,
-  stopAllChildren,
+  tearDownFaultCase,
 } from './support/harness';
 import type { PurgeTrafficStats } from './support/protocol';
 
@@ -38,8 +38,7 @@ describe('fault 8: purge concurrently with traffic on several instances', () => 
   let workers: Child[] = [];
 
   beforeAll(async () => {
-    admin = await openDataSource();
-    await createFaultTables(admin, schema);
+    ({ admin } = await setUpFaultCase(schema, []));
     const t = `"${schema}".idempotency_records`;
     await admin.query(
       `CREATE TABLE "${schema}".deletions (
@@ -82,11 +81,7 @@ describe('fault 8: purge concurrently with traffic on several instances', () => 
     );
   }, 120_000);
 
-  afterAll(async () => {
-    await stopAllChildren();
-    await dropSchema(admin, schema);
-    await admin.destroy();
-  });
+  afterAll(() => tearDownFaultCase(admin, schema));
 
   it('never deletes a live IN_PROGRESS record or an unexpired COMPLETE record', async () => {
     for (const w of workers) {

@@ -3,7 +3,8 @@
  *   node -r ts-node/register/transpile-only -r tsconfig-paths/register test/faults/support/fault-app.ts
  * Env: FA_PG_URL, FA_SCHEMA (records table and `executions` already created),
  * FA_POOL (pool size, default 10), FA_OP_TIMEOUT_MS, FA_WORK_MS (time /charges
- * spends in its handler), FA_HELD_LEASE (the lease of /held, default 5s). Sends `{ type: 'ready', port, pid }` over IPC.
+ * spends in its handler), FA_HELD_LEASE (the lease of /held, default 5s).
+ * Sends `{ type: 'ready', port, pid }` over IPC.
  *
  * POST /charges  inserts an execution row, works FA_WORK_MS, returns { charge, pid, amount }.
  * POST /held     inserts an execution row, reports `entered` with the body's `tag`,
