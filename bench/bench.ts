@@ -8,9 +8,9 @@
  *   5. memory  the application's memory after many requests
  *
  * Starts an embedded PostgreSQL unless IDEMPOTENCY_BENCH_PG_URL names a server
- * (it then works in scratch schemas it drops afterwards). Every duration is an
- * environment tunable: see bench/sections/context.ts (readConfig). Run a subset
- * with BENCH_SECTIONS=floor,wake.
+ * (it then works in scratch schemas it drops afterwards). The environment
+ * tunables (durations, rounds, sizes) are in bench/sections/context.ts
+ * (readConfig). Run a subset with BENCH_SECTIONS=floor,wake.
  */
 import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
@@ -108,6 +108,7 @@ async function main(): Promise<void> {
   const loadAfter = await sampleLoad();
   const pct = (x?: number) => (x === undefined ? 'n/a' : `${(x * 100).toFixed(0)}%`);
   const totalSeconds = (performance.now() - started) / 1000;
+  const otherBySection = results.map((r) => `${r.name} ${pct(r.other)}`).join(', ');
 
   const rows: ResultRow[] = results.flatMap((r) => r.result.rows);
   const header = ['Section', 'Measurement', 'Result', 'Target', 'Met', 'How'];
@@ -127,7 +128,7 @@ async function main(): Promise<void> {
       : 'every target met',
   );
   console.log(
-    `CPU used outside the benchmark during the run: ${pct(runOther)} (${results.map((r) => `${r.name} ${pct(r.other)}`).join(', ')})`,
+    `CPU used outside the benchmark during the run: ${pct(runOther)} (${otherBySection})`,
   );
   console.log(`load before: ${describeLoad(loadBefore)}; after: ${describeLoad(loadAfter)}`);
   console.log(`total run time ${(totalSeconds / 60).toFixed(1)} min`);
@@ -147,7 +148,7 @@ async function main(): Promise<void> {
         ['Load after the run', describeLoad(loadAfter)],
         [
           'CPU used outside the benchmark during the run',
-          `${pct(runOther)} of all cores (by section: ${results.map((r) => `${r.name} ${pct(r.other)}`).join(', ')})`,
+          `${pct(runOther)} of all cores (by section: ${otherBySection})`,
         ],
       ],
     ),

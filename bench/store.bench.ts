@@ -19,9 +19,17 @@ import { installDriverCounter } from './lib/driver-count';
 import { describeMachine, machineRows } from './lib/machine';
 import { openDataSource, poolOf, serverVersion, startServer } from './lib/postgres';
 import { consoleTable, mdTable, writeMarkdown } from './lib/report';
-import { envNumber, fmtMs, fmtRange, median, percentile } from './lib/stats';
+import { envNumber, fmtMs, fmtP50P99, fmtRange, median, percentile } from './lib/stats';
 import { measure as measureWith, Throughput } from './lib/throughput';
-import { WAKE_REQUEST, WakeSetup, WakeTrial, wakeTrial } from './lib/wake';
+import { WakeSetup, WakeTrial, wakeTrial } from './lib/wake';
+import {
+  countingLogger,
+  engineWarnings,
+  executeFresh,
+  quietLogger,
+  REQUEST,
+  SCOPE,
+} from './sections/context';
 
 const SECONDS = envNumber('BENCH_SECONDS', 5);
 const RUNS = envNumber('BENCH_RUNS', 3);
@@ -32,14 +40,8 @@ const WAKE_TRIALS = Math.max(50, envNumber('BENCH_WAKE_TRIALS', 100));
 
 const APP_A = 'idem-bench-a';
 const APP_B = 'idem-bench-b';
-const SCOPE = 'bench.orders.create';
-const REQUEST = WAKE_REQUEST;
 
 installDriverCounter();
-
-const quiet = { warn: () => undefined, error: () => undefined };
-let engineWarnings = 0;
-const counting = { warn: () => void engineWarnings++, error: () => void engineWarnings++ };
 
 const measure = (seconds: number, operation: (caller: number, i: number) => Promise<void>) =>
   measureWith({ seconds, concurrency: CONCURRENCY, app: APP_A }, operation);
@@ -55,32 +57,29 @@ async function main(): Promise<void> {
   const stores: TypeOrmIdempotencyStore[] = [];
   try {
     [a, b] = await Promise.all([open(APP_A, POOL), open(APP_B, 8)]);
-    const storeA = new TypeOrmIdempotencyStore(a, { schema, ensureSchema: true, logger: quiet });
-    const storeB = new TypeOrmIdempotencyStore(b, { schema, logger: quiet });
+    const storeA = new TypeOrmIdempotencyStore(a, {
+      schema,
+      ensureSchema: true,
+      logger: quietLogger,
+    });
+    const storeB = new TypeOrmIdempotencyStore(b, { schema, logger: quietLogger });
     stores.push(storeA, storeB);
     await storeA.init();
     await storeB.init();
-    const engineA = new IdempotencyEngine(storeA, { logger: counting });
-    const engineB = new IdempotencyEngine(storeB, { logger: counting });
+    const engineA = new IdempotencyEngine(storeA, { logger: countingLogger });
+    const engineB = new IdempotencyEngine(storeB, { logger: countingLogger });
     const pgVersion = await serverVersion(a);
     const machine = describeMachine(pgVersion, server.describe);
     console.log(`\nStore benchmark: PostgreSQL ${pgVersion}, Node ${process.version}`);
     console.log(`${machine.cpu}, ${machine.memory}\n`);
 
-    const payload = (key: string) => ({
-      status: 201,
-      body: { id: key, amount: 1250, currency: 'EUR' },
-    });
     const run = randomBytes(3).toString('hex');
 
     // First executions: fresh keys, acquire + action + complete through the engine.
     const completedKeys: string[] = [];
     const firstExecution = (phase: string) => async (caller: number, i: number) => {
       const key = `${run}-${phase}-${caller}-${i}`;
-      const outcome = await engineA.execute({ scope: SCOPE, key, ...REQUEST }, async () =>
-        payload(key),
-      );
-      if (outcome.kind !== 'executed') throw new Error(`fresh key ${outcome.kind}`);
+      await executeFresh(engineA, key);
       if (completedKeys.length < 50_000) completedKeys.push(key);
     };
     process.stdout.write('first executions: warm-up');
@@ -136,20 +135,9 @@ async function main(): Promise<void> {
     // Results
     const fmtRate = (xs: Throughput[]) => Math.round(median(xs.map((x) => x.perSecond)));
     const runsOf = (xs: Throughput[]) => xs.map((x) => Math.round(x.perSecond)).join(' / ');
-    const trips = (xs: number[]) => fmtRange(xs);
     const wakeRow = (label: string, trials: WakeTrial[]) => [
       label,
-      `p50 ${fmtMs(
-        percentile(
-          trials.map((x) => x.wakeMs),
-          50,
-        ),
-      )}, p99 ${fmtMs(
-        percentile(
-          trials.map((x) => x.wakeMs),
-          99,
-        ),
-      )}`,
+      fmtP50P99(trials.map((x) => x.wakeMs)),
       `n = ${trials.length}; complete() itself: p50 ${fmtMs(
         percentile(
           trials.map((x) => x.completeMs),
@@ -172,24 +160,25 @@ async function main(): Promise<void> {
       wakeRow('Wake latency, waiter on another instance', wakes.other),
       [
         'Round trips per first execution',
-        trips(firsts.map((x) => x.roundTrips)),
+        fmtRange(firsts.map((x) => x.roundTrips)),
         'pg Client.query calls on the pool / executions, every run',
       ],
       [
         'Round trips per replay',
-        trips(replays.map((x) => x.roundTrips)),
+        fmtRange(replays.map((x) => x.roundTrips)),
         'pg Client.query calls on the pool / replays, every run',
       ],
       [
         'Round trips per waiting duplicate',
-        trips(wakes.other.map((x) => x.waiterRoundTrips)),
+        fmtRange(wakes.other.map((x) => x.waiterRoundTrips)),
         'on the waiter’s instance: look, then look again when NOTIFY wakes it; no connection held while waiting',
       ],
     ];
     console.log(consoleTable(['Machine', ''], machineRows(machine)));
     console.log(consoleTable(['Measurement', 'Result', 'How'], rows, [34, 30, 70]));
     const totalSeconds = (performance.now() - totalStarted) / 1000;
-    if (engineWarnings > 0) console.log(`engine warnings during the run: ${engineWarnings}`);
+    if (engineWarnings.count > 0)
+      console.log(`engine warnings during the run: ${engineWarnings.count}`);
     console.log(`total run time ${totalSeconds.toFixed(1)} s`);
 
     const markdown = [
@@ -210,7 +199,7 @@ async function main(): Promise<void> {
       `- Each throughput figure: ${WARMUP_SECONDS} s warm-up, then ${RUNS} runs of ${SECONDS} s each; the median run is reported. ${CONCURRENCY} concurrent callers each loop on \`IdempotencyEngine.execute\` (lease 30 s, waitTimeout 10 s, ttl 24 h) with a small JSON result.`,
       `- Wake latency: the holder acquires a key on instance A; a duplicate calls \`execute\` with waitTimeout 10 s (through A, or through a second DataSource and store, B); once it has looked and parked, the clock starts just before the holder's \`complete()\` and stops when the duplicate's \`execute()\` resolves with the replay. ${WAKE_TRIALS} trials each, one at a time; percentiles are nearest-rank.`,
       '- Round trips are counted in the driver: every `pg` `Client.query` call, attributed to an instance by its connection `application_name`. The LISTEN connection (outside the pool) issues its one LISTEN during warm-up, not during the measurements.',
-      `- PostgreSQL and the benchmark share the machine${engineWarnings ? `; the engine logged ${engineWarnings} warnings` : ''}. Figures are for comparison between runs on one machine, not absolutes.`,
+      `- PostgreSQL and the benchmark share the machine${engineWarnings.count ? `; the engine logged ${engineWarnings.count} warnings` : ''}. Figures are for comparison between runs on one machine, not absolutes.`,
       '',
     ].join('\n');
     const out = path.join(__dirname, 'RESULTS-store.md');

@@ -1,5 +1,5 @@
 import autocannon from 'autocannon';
-import { ChildProcess, fork } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
@@ -29,7 +29,6 @@ export const HTTP_WORKLOADS: HttpWorkload[] = [
 const ON_CACHE_PROCESS = new Set<HttpWorkload>(['undecorated, cache process', 'replay, cache on']);
 
 export interface AppProcess {
-  child: ChildProcess;
   url: string;
   /** Sends `{ type }` over IPC and resolves with the first answer carrying `field`. */
   ask<T>(type: string, field: string): Promise<T>;
@@ -73,7 +72,6 @@ export async function startApp(options: AppOptions): Promise<AppProcess> {
   const [message] = (await Promise.race([once(child, 'message'), exited])) as [{ port: number }];
   exited.catch(() => undefined);
   return {
-    child,
     url: `http://127.0.0.1:${message.port}`,
     ask: <T>(type: string, field: string) =>
       new Promise<T>((resolve) => {
@@ -99,7 +97,6 @@ export interface LoadSample {
   rps: number;
   p50: number;
   p99: number;
-  requests: number;
   errors: number;
   non2xx: number;
 }
@@ -124,49 +121,44 @@ export interface LoadOptions {
   replayKey: string;
 }
 
-/** autocannon against `url` with one workload's requests (POST, small JSON body). */
+/** One workload's request: POST, small JSON body; the Idempotency-Key, if any, per workload. */
+function requestFor(workload: LoadWorkload, replayKey: string): autocannon.Request {
+  const post = {
+    method: 'POST' as const,
+    path: '/idempotent',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ n: 1 }),
+  };
+  const withKeys = (nextKey: () => string) => ({
+    ...post,
+    setupRequest: (req: autocannon.Request) => ({
+      ...req,
+      headers: { ...req.headers, 'idempotency-key': nextKey() },
+    }),
+  });
+  switch (workload) {
+    case 'undecorated':
+    case 'undecorated, cache process':
+      return { ...post, path: '/plain' };
+    case 'replay':
+    case 'replay, cache on':
+      return { ...post, headers: { ...post.headers, 'idempotency-key': replayKey } };
+    case 'fresh keys':
+      return withKeys(() => randomUUID());
+    case 'mixed': {
+      let sent = 0;
+      return withKeys(() => (sent++ % 10 === 0 ? randomUUID() : replayKey));
+    }
+  }
+}
+
+/** autocannon against `url` with one workload's requests. */
 export function runLoad(
   url: string,
   workload: LoadWorkload,
   options: LoadOptions,
 ): Promise<LoadSample> {
-  let sent = 0;
-  const body = JSON.stringify({ n: 1 });
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  const request =
-    workload === 'undecorated' || workload === 'undecorated, cache process'
-      ? { method: 'POST' as const, path: '/plain', headers, body }
-      : workload === 'fresh keys'
-        ? {
-            method: 'POST' as const,
-            path: '/idempotent',
-            headers,
-            body,
-            setupRequest: (req: autocannon.Request) => ({
-              ...req,
-              headers: { ...req.headers, 'idempotency-key': randomUUID() },
-            }),
-          }
-        : workload === 'mixed'
-          ? {
-              method: 'POST' as const,
-              path: '/idempotent',
-              headers,
-              body,
-              setupRequest: (req: autocannon.Request) => ({
-                ...req,
-                headers: {
-                  ...req.headers,
-                  'idempotency-key': sent++ % 10 === 0 ? randomUUID() : options.replayKey,
-                },
-              }),
-            }
-          : {
-              method: 'POST' as const,
-              path: '/idempotent',
-              headers: { ...headers, 'idempotency-key': options.replayKey },
-              body,
-            };
+  const request = requestFor(workload, options.replayKey);
   return new Promise((resolve, reject) => {
     autocannon(
       {
@@ -181,7 +173,6 @@ export function runLoad(
           rps: result.requests.average,
           p50: result.latency.p50,
           p99: result.latency.p99,
-          requests: result.requests.total,
           errors: result.errors + result.timeouts,
           non2xx: result.non2xx,
         });

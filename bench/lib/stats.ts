@@ -13,6 +13,10 @@ export function percentile(xs: number[], p: number): number {
 
 export const fmtMs = (x: number, digits = 2) => `${x.toFixed(digits)} ms`;
 
+/** "p50 1.23 ms, p99 4.56 ms" (nearest-rank). */
+export const fmtP50P99 = (xs: number[]) =>
+  `p50 ${fmtMs(percentile(xs, 50))}, p99 ${fmtMs(percentile(xs, 99))}`;
+
 /** "2.00", or "1.98–2.02" when the runs differ. */
 export function fmtRange(xs: number[], digits = 2): string {
   const lo = Math.min(...xs);

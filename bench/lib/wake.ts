@@ -1,10 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
-import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyEngine, parseDuration, TypeOrmIdempotencyStore } from 'nest-idempotency';
 import { queriesOf } from './driver-count';
 import { sleep, until } from './stats';
 
 export const WAKE_REQUEST = { lease: '30s', waitTimeout: '10s', ttl: '24h' } as const;
+/** WAKE_REQUEST's lease and ttl in milliseconds, for calls straight to the store. */
+export const LEASE_MS = parseDuration(WAKE_REQUEST.lease, 'lease', { allowZero: false });
+export const TTL_MS = parseDuration(WAKE_REQUEST.ttl, 'ttl', { allowZero: false });
 
 export interface WakeTrial {
   /** From the clock's start to the waiting duplicate's answer. */
@@ -35,9 +38,9 @@ export async function wakeTrial(setup: WakeSetup, key: string): Promise<WakeTria
   const id = { scope, key };
   const held = await holderStore.tryAcquire({
     ...id,
-    leaseMs: 30_000,
+    leaseMs: LEASE_MS,
     waitTimeoutMs: 0,
-    ttlMs: 86_400_000,
+    ttlMs: TTL_MS,
   });
   if (held.kind !== 'acquired') throw new Error(`holder got ${held.kind}`);
   const queriesBefore = queriesOf(waiterApp);
@@ -58,7 +61,7 @@ export async function wakeTrial(setup: WakeSetup, key: string): Promise<WakeTria
   await sleep(2);
   const queriesParked = queriesOf(waiterApp);
   const t0 = performance.now();
-  await holderStore.complete(id, held.leaseId, { status: 201, body: { id: key } }, 86_400_000);
+  await holderStore.complete(id, held.leaseId, { status: 201, body: { id: key } }, TTL_MS);
   const completedAt = performance.now();
   const outcome = await waiter;
   if (outcome.kind !== 'replayed') throw new Error(`waiter got ${outcome.kind}`);

@@ -1,7 +1,9 @@
+import type { IdempotencyEngine } from 'nest-idempotency';
 import { DataSource } from 'typeorm';
 import { envNumber } from '../lib/stats';
+import { LEASE_MS, TTL_MS, WAKE_REQUEST as REQUEST } from '../lib/wake';
 
-/** Every tunable of `npm run bench`, from the environment; defaults take ~13 min on 2 cores. */
+/** Every tunable of `npm run bench`, from the environment; defaults take ~11 min on 2 cores. */
 export function readConfig() {
   return {
     /** Closed-loop throughput runs (store, floor, scale). */
@@ -77,12 +79,18 @@ export const countingLogger = {
 };
 
 export const SCOPE = 'bench.orders.create';
-export const REQUEST = { lease: '30s', waitTimeout: '10s', ttl: '24h' } as const;
-export const LEASE_MS = 30_000;
-export const TTL_MS = 86_400_000;
+export { LEASE_MS, REQUEST, TTL_MS };
 
 /** The action's result, as bench:store uses: a small JSON object. */
 export const resultFor = (key: string) => ({
   status: 201,
   body: { id: key, amount: 1250, currency: 'EUR' },
 });
+
+/** A first execution of a fresh `key` through `engine`; throws unless the action ran. */
+export async function executeFresh(engine: IdempotencyEngine, key: string): Promise<void> {
+  const outcome = await engine.execute({ scope: SCOPE, key, ...REQUEST }, async () =>
+    resultFor(key),
+  );
+  if (outcome.kind !== 'executed') throw new Error(`fresh key ${outcome.kind}`);
+}

@@ -19,6 +19,7 @@ import { alternate, measure, Throughput } from '../lib/throughput';
 import {
   BenchContext,
   countingLogger,
+  executeFresh,
   LEASE_MS,
   quietLogger,
   REQUEST,
@@ -79,10 +80,7 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
     const first: Record<Variant, (tag: string) => (caller: number, i: number) => Promise<void>> = {
       store: (tag) => async (caller, i) => {
         const key = `${run}-${tag}-${caller}-${i}`;
-        const outcome = await engine.execute({ scope: SCOPE, key, ...REQUEST }, async () =>
-          resultFor(key),
-        );
-        if (outcome.kind !== 'executed') throw new Error(`store: fresh key ${outcome.kind}`);
+        await executeFresh(engine, key);
         remember(key);
       },
       floor: (tag) => rawFirst('floor', tag),

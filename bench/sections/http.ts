@@ -1,9 +1,8 @@
 /**
- * 2. What @Idempotent costs over HTTP (bench:http's comparison), with a fourth
- * workload: replays through the module's local replay cache.
+ * 2. What @Idempotent costs over HTTP: bench:http's comparison (compareHttp),
+ * replays through the module's local replay cache included.
  */
 import { TypeOrmIdempotencyStore } from 'nest-idempotency';
-import { openDataSource } from '../lib/postgres';
 import { compareHttp, HttpRow } from '../lib/http';
 import { BenchContext, ResultRow, SectionResult, verdict } from './context';
 
@@ -32,12 +31,7 @@ function httpNotes(http: HttpRow[]): string[] {
 export async function httpSection(ctx: BenchContext): Promise<SectionResult & { http: HttpRow[] }> {
   const { config } = ctx;
   const schema = ctx.schema('bench_http');
-  const setup = await openDataSource(ctx.url, 'idem-bench-setup', 2);
-  try {
-    await new TypeOrmIdempotencyStore(setup, { schema, ensureSchema: true }).init();
-  } finally {
-    await setup.destroy();
-  }
+  await new TypeOrmIdempotencyStore(ctx.admin, { schema, ensureSchema: true }).init();
   const http: HttpRow[] = [];
   for (const adapter of ['express', 'fastify'] as const) {
     http.push(
@@ -68,7 +62,7 @@ export async function httpSection(ctx: BenchContext): Promise<SectionResult & { 
     rows,
     http,
     method: [
-      `HTTP: bench/http/app.ts in its own process (a second one with \`cache: { maxEntries: ${config.cacheEntries} }\` for the fourth workload), autocannon in the benchmark process, ${CONNECTIONS} connections, POST with a small JSON body to a trivial handler. Per adapter, a 2 s warm-up of each workload, then ${config.httpRounds} rounds in which the five workloads alternate, ${config.httpSeconds} s each; medians; ratio = the workload's req/s ÷ the undecorated handler's req/s on the same process in the same round, median over the rounds. "fresh keys": a new Idempotency-Key per request (acquire + complete); "replay": one completed key repeated (one acquire); "undecorated, cache process" and "replay, cache on": the undecorated handler and the replay on the cache-enabled process.`,
+      `HTTP: bench/http/app.ts in its own process (a second one with \`cache: { maxEntries: ${config.cacheEntries} }\` for the last two workloads), autocannon in the benchmark process, ${CONNECTIONS} connections, POST with a small JSON body to a trivial handler. Per adapter, a 2 s warm-up of each workload, then ${config.httpRounds} rounds in which the five workloads alternate, ${config.httpSeconds} s each; medians; ratio = the workload's req/s ÷ the undecorated handler's req/s on the same process in the same round, median over the rounds. "fresh keys": a new Idempotency-Key per request (acquire + complete); "replay": one completed key repeated (one acquire); "undecorated, cache process" and "replay, cache on": the undecorated handler and the replay on the cache-enabled process.`,
     ],
     notes: httpNotes(http),
   };

@@ -4,7 +4,6 @@
  */
 import { TypeOrmIdempotencyStore } from 'nest-idempotency';
 import { completeReplayKey, runLoad, startApp } from '../lib/http';
-import { openDataSource } from '../lib/postgres';
 import { BenchContext, ResultRow, SectionResult, verdict } from './context';
 
 const CONNECTIONS = 32;
@@ -20,12 +19,7 @@ interface Reading {
 export async function memorySection(ctx: BenchContext): Promise<SectionResult> {
   const { config } = ctx;
   const schema = ctx.schema('bench_memory');
-  const setup = await openDataSource(ctx.url, 'idem-bench-setup', 2);
-  try {
-    await new TypeOrmIdempotencyStore(setup, { schema, ensureSchema: true }).init();
-  } finally {
-    await setup.destroy();
-  }
+  await new TypeOrmIdempotencyStore(ctx.admin, { schema, ensureSchema: true }).init();
   const app = await startApp({
     adapter: config.memoryAdapter,
     databaseUrl: ctx.url,

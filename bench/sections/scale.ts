@@ -19,16 +19,14 @@ import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/state
 import { qualified } from '../../libs/idempotency/src/stores/typeorm/table';
 import { runPaced } from '../lib/paced';
 import { openDataSource } from '../lib/postgres';
-import { fmtMs, median, pairedRatios, percentile, sleep } from '../lib/stats';
+import { fmtMs, fmtP50P99, median, pairedRatios, percentile, sleep } from '../lib/stats';
 import { alternate, measure, Throughput } from '../lib/throughput';
 import {
   BenchContext,
   countingLogger,
+  executeFresh,
   quietLogger,
-  REQUEST,
-  resultFor,
   ResultRow,
-  SCOPE,
   SectionResult,
   verdict,
 } from './context';
@@ -157,13 +155,7 @@ export async function scaleSection(ctx: BenchContext): Promise<SectionResult> {
     let phase = 0;
     const first = (engine: IdempotencyEngine) => {
       const tag = phase++;
-      return async (caller: number, i: number) => {
-        const key = `${run}-${tag}-${caller}-${i}`;
-        const outcome = await engine.execute({ scope: SCOPE, key, ...REQUEST }, async () =>
-          resultFor(key),
-        );
-        if (outcome.kind !== 'executed') throw new Error(`fresh key ${outcome.kind}`);
-      };
+      return (caller: number, i: number) => executeFresh(engine, `${run}-${tag}-${caller}-${i}`);
     };
     const on = (seconds = config.seconds) => ({
       seconds,
@@ -269,13 +261,7 @@ export async function scaleSection(ctx: BenchContext): Promise<SectionResult> {
       const tag = phase++;
       const result = await runPaced(
         config.purgeTrafficRate,
-        async (i) => {
-          const key = `${run}-p${tag}-${i}`;
-          const outcome = await trafficEngine.execute({ scope: SCOPE, key, ...REQUEST }, async () =>
-            resultFor(key),
-          );
-          if (outcome.kind !== 'executed') throw new Error(`fresh key ${outcome.kind}`);
-        },
+        (i) => executeFresh(trafficEngine, `${run}-p${tag}-${i}`),
         until,
       );
       executions[kind].push(...result.latencies);
@@ -304,8 +290,6 @@ export async function scaleSection(ctx: BenchContext): Promise<SectionResult> {
     const totalPurged = segments.reduce((n, s) => n + s.purged, 0);
     const totalSeconds = segments.reduce((n, s) => n + s.seconds, 0);
     const segmentRates = segments.map((s) => s.purged / s.seconds);
-    const lat = (xs: number[]) =>
-      `p50 ${fmtMs(percentile(xs, 50))}, p99 ${fmtMs(percentile(xs, 99))}`;
     const probeResult = (p: PurgeProbe) =>
       p.cancelled ? `> ${(p.ms / 1000).toFixed(1)} s (cancelled)` : fmtMs(p.ms, 1);
     const probeHow = (p: PurgeProbe) =>
@@ -349,18 +333,18 @@ export async function scaleSection(ctx: BenchContext): Promise<SectionResult> {
       {
         section: '4. Scale',
         measurement: `Acquisition latency, ${config.purgeTrafficRate}/s paced, without purge`,
-        result: lat(windows.quiet),
+        result: fmtP50P99(windows.quiet),
         target: '',
         verdict: '',
-        how: `n = ${windows.quiet.length}; whole first execution ${lat(executions.quiet)}; achieved ${median(achieved.quiet).toFixed(0)}/s`,
+        how: `n = ${windows.quiet.length}; whole first execution ${fmtP50P99(executions.quiet)}; achieved ${median(achieved.quiet).toFixed(0)}/s`,
       },
       {
         section: '4. Scale',
         measurement: `Acquisition latency, ${config.purgeTrafficRate}/s paced, during purge`,
-        result: lat(windows.purge),
+        result: fmtP50P99(windows.purge),
         target: '',
         verdict: '',
-        how: `n = ${windows.purge.length}; whole first execution ${lat(executions.purge)}; achieved ${median(achieved.purge).toFixed(0)}/s; p99 ${(p99Purge / p99Quiet).toFixed(1)}× the quiet p99${trafficErrors ? `; ${trafficErrors} failed or skipped` : ''}`,
+        how: `n = ${windows.purge.length}; whole first execution ${fmtP50P99(executions.purge)}; achieved ${median(achieved.purge).toFixed(0)}/s; p99 ${(p99Purge / p99Quiet).toFixed(1)}× the quiet p99${trafficErrors ? `; ${trafficErrors} failed or skipped` : ''}`,
       },
     ];
     return {

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
 import { openDataSource, poolOf } from '../lib/postgres';
-import { fmtMs, fmtRange, percentile } from '../lib/stats';
+import { fmtMs, fmtP50P99, fmtRange, percentile } from '../lib/stats';
 import { WakeTrial, wakeAfterActionTrial } from '../lib/wake';
 import { BenchContext, countingLogger, quietLogger, SCOPE, SectionResult } from './context';
 
@@ -53,17 +53,7 @@ export async function wakeSection(ctx: BenchContext): Promise<SectionResult> {
     const row = (label: string, xs: WakeTrial[]) => ({
       section: '3. Wake',
       measurement: label,
-      result: `p50 ${fmtMs(
-        percentile(
-          xs.map((x) => x.wakeMs),
-          50,
-        ),
-      )}, p99 ${fmtMs(
-        percentile(
-          xs.map((x) => x.wakeMs),
-          99,
-        ),
-      )}`,
+      result: fmtP50P99(xs.map((x) => x.wakeMs)),
       target: '',
       verdict: '' as const,
       how: `n = ${xs.length}, ${config.wakeActionMs} ms action; the holder's complete() itself: p50 ${fmtMs(
@@ -71,16 +61,8 @@ export async function wakeSection(ctx: BenchContext): Promise<SectionResult> {
           xs.map((x) => x.completeMs),
           50,
         ),
-      )}; from complete() returning to the answer: p50 ${fmtMs(
-        percentile(
-          xs.map((x) => x.wakeMs - x.completeMs),
-          50,
-        ),
-      )}, p99 ${fmtMs(
-        percentile(
-          xs.map((x) => x.wakeMs - x.completeMs),
-          99,
-        ),
+      )}; from complete() returning to the answer: ${fmtP50P99(
+        xs.map((x) => x.wakeMs - x.completeMs),
       )}; waiter round trips ${fmtRange(
         xs.map((x) => x.waiterRoundTrips),
         0,
