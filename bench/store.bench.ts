@@ -122,6 +122,9 @@ async function main(): Promise<void> {
     };
     const wakes: Record<'same' | 'other', WakeTrial[]> = { same: [], other: [] };
     process.stdout.write(`\nwake latency: ${WAKE_TRIALS} trials × 2`);
+    // B has not waited yet: one call through it opens its LISTEN connection now, since
+    // that connection's one LISTEN counts as B's and would look like a waiter's first look.
+    await executeFresh(engineB, `${run}-wake-listen-b`);
     for (let t = 0; t < 5; t++) {
       await wakeTrial(sameInstance, `${run}-wake-warm-a-${t}`);
       await wakeTrial(otherInstance, `${run}-wake-warm-b-${t}`);
