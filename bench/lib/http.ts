@@ -58,13 +58,7 @@ export async function startApp(options: AppOptions): Promise<AppProcess> {
       POOL_SIZE: String(options.poolSize ?? 32),
       BENCH_CACHE_MAX_ENTRIES: String(options.cacheMaxEntries ?? 0),
     },
-    execArgv: [
-      ...(options.exposeGc ? ['--expose-gc'] : []),
-      '-r',
-      'ts-node/register/transpile-only',
-      '-r',
-      'tsconfig-paths/register',
-    ],
+    execArgv: [...(options.exposeGc ? ['--expose-gc'] : []), '-r', '@swc-node/register'],
   });
   const exited = once(child, 'exit').then(([code]) => {
     throw new Error(`the benchmark app exited with code ${code} before listening`);

@@ -41,7 +41,7 @@ describe('nest-idempotency verify', () => {
     await store.close();
   });
   afterEach(async () => {
-    jest.restoreAllMocks();
+    vi.restoreAllMocks();
     for (const cleanup of cleanups.splice(0)) await cleanup().catch(() => undefined);
   });
   afterAll(async () => {
@@ -111,7 +111,7 @@ describe('nest-idempotency verify', () => {
 
   it('grades FAIL and exits 1 when a stale owner can still extend its lease, and still drops the scratch schema', async () => {
     const extend = TypeOrmIdempotencyStore.prototype.extend;
-    jest.spyOn(TypeOrmIdempotencyStore.prototype, 'extend').mockImplementation(async function (
+    vi.spyOn(TypeOrmIdempotencyStore.prototype, 'extend').mockImplementation(async function (
       this: TypeOrmIdempotencyStore,
       ...args
     ) {
@@ -136,7 +136,7 @@ describe('nest-idempotency verify', () => {
   it('grades N/A, which is not a pass, when a guarantee cannot be set up, and exits 1', async () => {
     const tryAcquire = TypeOrmIdempotencyStore.prototype.tryAcquire;
     let fencingCalls = 0;
-    jest.spyOn(TypeOrmIdempotencyStore.prototype, 'tryAcquire').mockImplementation(async function (
+    vi.spyOn(TypeOrmIdempotencyStore.prototype, 'tryAcquire').mockImplementation(async function (
       this: TypeOrmIdempotencyStore,
       request: AcquireRequest,
     ) {

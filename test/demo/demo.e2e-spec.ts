@@ -24,21 +24,11 @@ afterEach(() => {
 
 /** Starts the demo exactly as `npm start` does, and waits for the curl pair it prints last. */
 async function startDemo(env: Record<string, string | undefined>): Promise<Demo> {
-  const child = spawn(
-    process.execPath,
-    [
-      '-r',
-      'ts-node/register/transpile-only',
-      '-r',
-      'tsconfig-paths/register',
-      'apps/demo/src/main.ts',
-    ],
-    {
-      cwd: ROOT,
-      env: { ...process.env, PORT: '0', NO_COLOR: '1', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
+  const child = spawn(process.execPath, ['-r', '@swc-node/register', 'apps/demo/src/main.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: '0', NO_COLOR: '1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   running.add(child);
   child.once('exit', () => running.delete(child));
   let output = '';

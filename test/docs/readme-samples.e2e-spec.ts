@@ -45,10 +45,9 @@ describe('README code samples', () => {
         esModuleInterop: true,
         skipLibCheck: true,
         types: ['node'],
-        baseUrl: ROOT,
         paths: {
-          'nest-idempotency': ['libs/idempotency/src'],
-          'nest-idempotency/testing': ['libs/idempotency/src/testing'],
+          'nest-idempotency': [path.join(ROOT, 'libs/idempotency/src')],
+          'nest-idempotency/testing': [path.join(ROOT, 'libs/idempotency/src/testing')],
         },
       };
       const program = ts.createProgram(

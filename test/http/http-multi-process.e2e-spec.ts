@@ -21,10 +21,10 @@ interface AppProcess {
 async function startProcess(adapter: AdapterName, schema: string): Promise<AppProcess> {
   const child = fork(SCRIPT, [], {
     cwd: ROOT,
-    execArgv: ['-r', 'ts-node/register/transpile-only', '-r', 'tsconfig-paths/register'],
+    execArgv: ['-r', '@swc-node/register'],
     env: {
       ...process.env,
-      TS_NODE_PROJECT: path.join(ROOT, 'tsconfig.json'),
+      SWC_NODE_PROJECT: path.join(ROOT, 'tsconfig.json'),
       MP_PG_URL: testDatabaseUrl(),
       MP_SCHEMA: schema,
       MP_ADAPTER: adapter,

@@ -398,12 +398,10 @@ describe.each(ADAPTERS)('HTTP module options over %s', (adapter) => {
     let app: INestApplication;
     let url: string;
     let store: TypeOrmIdempotencyStore;
-    const factory = jest.fn(
-      async (config: IdempotencyConfig): Promise<IdempotencyModuleOptions> => ({
-        store: config.store,
-        http: { keyHeader: config.keyHeader },
-      }),
-    );
+    const factory = vi.fn(async (config: IdempotencyConfig): Promise<IdempotencyModuleOptions> => ({
+      store: config.store,
+      http: { keyHeader: config.keyHeader },
+    }));
 
     beforeAll(async () => {
       store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });

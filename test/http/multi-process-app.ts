@@ -1,6 +1,6 @@
 /**
  * One application process for http-multi-process.e2e-spec.ts, started with
- *   node -r ts-node/register/transpile-only -r tsconfig-paths/register test/http/multi-process-app.ts
+ *   node -r @swc-node/register test/http/multi-process-app.ts
  * Env: MP_PG_URL, MP_SCHEMA (records table and `executions` already created by
  * the parent), MP_ADAPTER (express | fastify). Listens on port 0 and sends
  * `{ port }` to the parent over IPC; shuts down on SIGTERM or when the parent goes away.

@@ -33,7 +33,7 @@ const ran = (name: string) => runs.set(name, (runs.get(name) ?? 0) + 1);
 
 @Controller()
 class OrdersConsumer {
-  @EventPattern('orders.placed')
+  @EventPattern<string>('orders.placed')
   @Idempotent({ key: 'message.key', waitTimeout: 'PT0S' })
   async placed(@Payload() data: { orderId: string }, @Ctx() context: KafkaContext) {
     ran('placed');
@@ -45,7 +45,7 @@ class OrdersConsumer {
     }
   }
 
-  @EventPattern('orders.flaky')
+  @EventPattern<string>('orders.flaky')
   @Idempotent({ key: 'data.orderId' })
   flaky(@Payload() data: { orderId: string }) {
     ran(`flaky:${data.orderId}`);

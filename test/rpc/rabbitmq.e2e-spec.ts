@@ -28,6 +28,26 @@ const describeWithBroker =
   process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available' ? describe : describe.skip;
 
 const runs = new Map<string, number>();
+
+/**
+ * Every ack and nack any channel of this process sends, by messageId: the
+ * broker client itself, observed, so a test can await a settlement instead of
+ * racing it (the consumer settles a replay after the store has answered).
+ */
+const settlements = new EventEmitter();
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { Channel } = require('amqplib/lib/channel_model') as {
+  Channel: {
+    prototype: Record<'ack' | 'nack', (message: amqp.Message, ...rest: unknown[]) => void>;
+  };
+};
+for (const method of ['ack', 'nack'] as const) {
+  const original = Channel.prototype[method];
+  Channel.prototype[method] = function (this: unknown, message: amqp.Message, ...rest: unknown[]) {
+    original.call(this, message, ...rest);
+    settlements.emit(`${method}:${message.properties.messageId}`);
+  };
+}
 const gates = new Map<string, { entered: Gate; release: Gate }>();
 
 /** The real PostgreSQL store, reporting each acquisition's outcome so the test can await it. */
@@ -42,7 +62,7 @@ class ObservedStore extends TypeOrmIdempotencyStore {
 
 @Controller()
 class PaymentsConsumer {
-  @EventPattern('payment.captured')
+  @EventPattern<string>('payment.captured')
   @Idempotent({ key: 'message.properties.messageId', waitTimeout: 'PT0S' })
   async captured(@Payload() data: { paymentId: string }, @Ctx() context: RmqContext) {
     runs.set(data.paymentId, (runs.get(data.paymentId) ?? 0) + 1);
@@ -126,11 +146,15 @@ describeWithBroker('RabbitMQ message handlers against the real broker', () => {
     const completed = new Gate();
     gates.set(paymentId, { entered: new Gate(), release: completed });
     completed.open();
+    const firstAck = once(settlements, `ack:${messageId}`);
     publish('payment.captured', { paymentId }, messageId);
+    await firstAck;
     const replayed = once(store.outcomes, 'duplicate');
+    const replayAck = once(settlements, `ack:${messageId}`);
     publish('payment.captured', { paymentId }, messageId);
     const [key] = await replayed;
     expect(key).toBe(messageId);
+    await replayAck;
     expect(runs.get(paymentId)).toBe(1);
     await assertQueueDrained();
     expect(runs.get(paymentId)).toBe(1);
@@ -147,8 +171,13 @@ describeWithBroker('RabbitMQ message handlers against the real broker', () => {
     publish('payment.captured', { paymentId }, messageId);
     await inFlight; // refused and requeued while the first holds the key
     const replayed = once(store.outcomes, 'duplicate');
+    const acks = new Promise<void>((resolve) => {
+      let count = 0;
+      settlements.on(`ack:${messageId}`, () => ++count === 2 && resolve());
+    });
     gate.release.open();
     await replayed;
+    await acks; // the handler's own ack and the replay's
     expect(runs.get(paymentId)).toBe(1);
     await assertQueueDrained();
     expect(runs.get(paymentId)).toBe(1);

@@ -130,7 +130,7 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
     admin = await openDataSource();
   });
   afterEach(async () => {
-    jest.restoreAllMocks();
+    vi.restoreAllMocks();
     for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
   });
   afterAll(async () => {
@@ -312,16 +312,16 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       await newStore(admin, { schema, table: 'keys' }).init();
     });
 
-    it.each([
-      ['expo', { type: 'expo', database: 'app.db', driver: {} }],
-      ['cockroachdb', { type: 'cockroachdb', url: 'postgres://root@127.0.0.1:26257/app' }],
-    ])('refuses a %s DataSource in its constructor', (type, options) => {
-      const dataSource = new DataSource(options as DataSourceOptions);
-      expect(() => new TypeOrmIdempotencyStore(dataSource)).toThrow(IdempotencyStoreSchemaError);
-      expect(() => new TypeOrmIdempotencyStore(dataSource)).toThrow(
-        `TypeOrmIdempotencyStore supports PostgreSQL; the DataSource is of type "${type}"`,
-      );
-    });
+    it.each([['cockroachdb', { type: 'cockroachdb', url: 'postgres://root@127.0.0.1:26257/app' }]])(
+      'refuses a %s DataSource in its constructor',
+      (type, options) => {
+        const dataSource = new DataSource(options as DataSourceOptions);
+        expect(() => new TypeOrmIdempotencyStore(dataSource)).toThrow(IdempotencyStoreSchemaError);
+        expect(() => new TypeOrmIdempotencyStore(dataSource)).toThrow(
+          `TypeOrmIdempotencyStore supports PostgreSQL; the DataSource is of type "${type}"`,
+        );
+      },
+    );
   });
 
   describe('when PostgreSQL cannot be reached', () => {
@@ -434,7 +434,7 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
         await new Promise((resolve) => setTimeout(resolve, 200)); // let the 100 ms lease run out
 
         const realNow = Date.now.bind(Date);
-        jest.spyOn(Date, 'now').mockImplementation(() => realNow() + skewMs);
+        vi.spyOn(Date, 'now').mockImplementation(() => realNow() + skewMs);
 
         const again = await store.tryAcquire(request('s', 'live'));
         expect(again.kind).toBe('in-flight');
@@ -471,7 +471,7 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
         );
       await run('warm-up'); // opens the LISTEN connection outside the pool (not a statement per call)
       // Every statement any pg client in this process sends; only this test's DataSource is busy.
-      const sent = jest.spyOn(Client.prototype, 'query');
+      const sent = vi.spyOn(Client.prototype, 'query');
 
       logger.queries = [];
       await expect(run('first')).resolves.toMatchObject({ kind: 'executed' });

@@ -5,7 +5,7 @@ import { DataSource, DataSourceOptions } from 'typeorm';
 export function testDatabaseUrl(): string {
   const url = process.env.IDEMPOTENCY_TEST_PG_URL;
   if (!url)
-    throw new Error('IDEMPOTENCY_TEST_PG_URL is not set; jest globalSetup should have set it');
+    throw new Error('IDEMPOTENCY_TEST_PG_URL is not set; the globalSetup of the test run sets it');
   return url;
 }
 

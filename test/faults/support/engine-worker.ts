@@ -1,7 +1,7 @@
 /**
  * A child process that runs the idempotency engine on the real PostgreSQL
  * store, driven over IPC by the fault specs. Started with
- *   node -r ts-node/register/transpile-only -r tsconfig-paths/register test/faults/support/engine-worker.ts
+ *   node -r @swc-node/register test/faults/support/engine-worker.ts
  * Env: FW_PG_URL, FW_SCHEMA (records table and `executions` already created),
  * FW_POOL (pool size, default 10), FW_OP_TIMEOUT_MS (store operationTimeoutMs).
  *

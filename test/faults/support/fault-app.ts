@@ -1,6 +1,6 @@
 /**
  * A Nest HTTP application in a child process for the fault specs. Started with
- *   node -r ts-node/register/transpile-only -r tsconfig-paths/register test/faults/support/fault-app.ts
+ *   node -r @swc-node/register test/faults/support/fault-app.ts
  * Env: FA_PG_URL, FA_SCHEMA (records table and `executions` already created),
  * FA_POOL (pool size, default 10), FA_OP_TIMEOUT_MS, FA_WORK_MS (time /charges
  * spends in its handler), FA_HELD_LEASE (the lease of /held, default 5s).

@@ -26,7 +26,7 @@ const ENV_PREFIX = { worker: 'FW_', app: 'FA_', pg: 'FP_' };
 const children = new Set<Child>();
 
 /**
- * A child process (engine worker or Nest app) run with ts-node, talking over
+ * A child process (engine worker or Nest app) run with @swc-node/register, talking over
  * IPC. Every message it sends is kept, so a spec can wait for one that has
  * already arrived.
  */
@@ -164,7 +164,7 @@ export function eventsOf(child: Child): IdempotencyEvent[] {
 }
 
 /**
- * Forks a worker (engine over IPC) or an app (Nest over HTTP) with ts-node and
+ * Forks a worker (engine over IPC) or an app (Nest over HTTP) with @swc-node/register and
  * resolves once it reports ready. `env` is prefixed FW_ (worker), FA_ (app) or FP_ (pg).
  */
 export async function startChild(
@@ -176,12 +176,12 @@ export async function startChild(
   const prefix = ENV_PREFIX[kind];
   const childEnv: NodeJS.ProcessEnv = {
     ...process.env,
-    TS_NODE_PROJECT: path.join(ROOT, 'tsconfig.json'),
+    SWC_NODE_PROJECT: path.join(ROOT, 'tsconfig.json'),
   };
   for (const [k, v] of Object.entries(env)) childEnv[`${prefix}${k}`] = String(v);
   const processRef = fork(SCRIPTS[kind], [], {
     cwd: ROOT,
-    execArgv: ['-r', 'ts-node/register/transpile-only', '-r', 'tsconfig-paths/register'],
+    execArgv: ['-r', '@swc-node/register'],
     env: childEnv,
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });

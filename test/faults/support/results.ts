@@ -1,7 +1,36 @@
-// Global teardown of the `faults` Jest project: prints the summary table of
-// what every case recorded and writes it to test/faults/RESULTS.md.
-const fs = require('node:fs');
-const path = require('node:path');
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import * as prettier from 'prettier';
+
+/**
+ * Global setup of the `faults` project: a fresh folder for the figures each
+ * case records; its teardown prints the summary table and writes
+ * test/faults/RESULTS.md (only after a run of the whole suite).
+ */
+export default function setup(): () => Promise<void> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nest-idempotency-faults-'));
+  process.env.IDEMPOTENCY_FAULTS_RESULTS_DIR = dir;
+  process.env.IDEMPOTENCY_FAULTS_STARTED_AT = String(Date.now());
+  return async () => {
+    // A throw here would also skip the run's own teardown (the embedded server): report, never throw.
+    try {
+      await summarize();
+    } catch (error) {
+      console.error(`\n[faults] could not write the summary: ${(error as Error).stack ?? error}`);
+    }
+  };
+}
+
+interface CaseResult {
+  case: number;
+  title: string;
+  executionsExpected: number;
+  executionsObserved: number;
+  recordsLost: number;
+  maxRecoveryMs: number | null;
+  notes: string;
+}
 
 /** The table's columns; a row's sixth cell (its notes) is listed under the table. */
 const COLUMNS = [
@@ -12,16 +41,16 @@ const COLUMNS = [
   'Max recovery',
 ];
 
-function readResults(dir) {
+function readResults(dir: string | undefined): CaseResult[] {
   if (!dir || !fs.existsSync(dir)) return [];
   return fs
     .readdirSync(dir)
     .filter((f) => f.endsWith('.json'))
-    .map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')))
+    .map((f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) as CaseResult)
     .sort((a, b) => a.case - b.case);
 }
 
-function row(r) {
+function row(r: CaseResult): string[] {
   return [
     `${r.case}. ${r.title}`,
     String(r.executionsExpected),
@@ -33,8 +62,8 @@ function row(r) {
 }
 
 /** The cases and their four figures as a table, and each case's notes as a list under it. */
-function markdown(rows) {
-  const escape = (cell) => cell.replace(/\|/g, '\\|');
+function markdown(rows: string[][]): string {
+  const escape = (cell: string) => cell.replace(/\|/g, '\\|');
   return [
     `| ${COLUMNS.join(' | ')} |`,
     `| ${COLUMNS.map((_, i) => (i === 0 ? '---' : '---:')).join(' | ')} |`,
@@ -44,25 +73,16 @@ function markdown(rows) {
   ].join('\n');
 }
 
-function plain(rows) {
+function plain(rows: string[][]): string {
   const all = [COLUMNS, ...rows].map((cells) => cells.slice(0, 5));
   const widths = all[0].map((_, i) => Math.max(...all.map((cells) => cells[i].length)));
-  const line = (cells) => cells.map((c, i) => c.padEnd(widths[i])).join('  ');
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i])).join('  ');
   return [line(all[0]), widths.map((w) => '-'.repeat(w)).join('  '), ...all.slice(1).map(line)]
     .concat(['', ...rows.map((cells) => `${cells[0]}: ${cells[5]}`)])
     .join('\n');
 }
 
-module.exports = async function faultsTeardown() {
-  // A throw here would also skip the run's own teardown (the embedded server): report, never throw.
-  try {
-    await summarize();
-  } catch (error) {
-    console.error(`\n[faults] could not write the summary: ${error.stack ?? error}`);
-  }
-};
-
-async function summarize() {
+async function summarize(): Promise<void> {
   const dir = process.env.IDEMPOTENCY_FAULTS_RESULTS_DIR;
   const results = readResults(dir);
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
@@ -75,7 +95,7 @@ async function summarize() {
     (Date.now() - Number(process.env.IDEMPOTENCY_FAULTS_STARTED_AT)) / 1000,
   );
   const url = process.env.IDEMPOTENCY_TEST_PG_URL ?? '';
-  const server = globalThis.__EMBEDDED_PG__
+  const server = process.env.IDEMPOTENCY_TEST_PG_EMBEDDED
     ? 'an embedded PostgreSQL started by the test run'
     : `the PostgreSQL at ${url.replace(/\/\/[^@/]*@/, '//')}`;
   console.log(`\n[faults] summary (${results.length} cases, ${seconds} s)\n\n${plain(rows)}\n`);
@@ -86,7 +106,7 @@ async function summarize() {
     '',
     `Last run: ${new Date().toISOString()}, ${results.length} cases in ${seconds} s, against ${server}` +
       ` (case 4 always restarts an embedded server of its own), Node ${process.version}, ` +
-      `${require('node:os').cpus().length} cores.`,
+      `${os.cpus().length} cores.`,
     '',
     '- **Executions**: rows the actions wrote to an `executions` table in PostgreSQL, so the work of a',
     '  process that was killed afterwards still counts.',
@@ -109,7 +129,6 @@ async function summarize() {
     return;
   }
   // Formatted as `prettier --check .` (npm run lint) expects it.
-  const prettier = require('prettier');
   const file = path.join(__dirname, '..', 'RESULTS.md');
   const options = (await prettier.resolveConfig(file)) ?? {};
   fs.writeFileSync(file, await prettier.format(document, { ...options, filepath: file }));

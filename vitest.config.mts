@@ -1,0 +1,63 @@
+import { defineConfig } from 'vitest/config';
+
+/**
+ * One runner for both supported stacks (Nest 12 ESM-only, Nest 11 CommonJS):
+ * Vitest 4 on Vite 8, whose Oxc transform emits decorator metadata from
+ * tsconfig's `emitDecoratorMetadata`, which Nest's constructor injection needs.
+ * Dependencies are not transformed: Node loads them as they ship (ESM or CJS).
+ *
+ * `npm test` runs the unit, store and e2e projects; the fault suite (minutes,
+ * kills processes, restarts PostgreSQL) runs only when selected:
+ * `npm run test:faults` (vitest run --project faults).
+ */
+const ROOT = import.meta.dirname;
+const SRC = `${ROOT}/libs/idempotency/src`;
+
+/** The package's entry points, resolved to the sources (the same map as tsconfig.json's paths). */
+const alias = [
+  { find: /^nest-idempotency$/, replacement: `${SRC}/index.ts` },
+  { find: /^nest-idempotency\/testing$/, replacement: `${SRC}/testing/index.ts` },
+];
+
+const faultsSelected = process.argv.some(
+  (arg, i, argv) => arg === '--project=faults' || (arg === '--project' && argv[i + 1] === 'faults'),
+);
+
+const common = {
+  globals: true,
+  testTimeout: 30_000,
+  hookTimeout: 30_000,
+  pool: 'forks' as const,
+};
+
+export default defineConfig({
+  resolve: { alias },
+  test: {
+    globalSetup: ['./test/support/global-setup.ts'],
+    projects: [
+      { resolve: { alias }, test: { ...common, name: 'unit', include: ['libs/**/*.spec.ts'] } },
+      {
+        resolve: { alias },
+        test: { ...common, name: 'store', include: ['test/stores/**/*.spec.ts'] },
+      },
+      {
+        resolve: { alias },
+        test: { ...common, name: 'e2e', include: ['test/**/*.e2e-spec.ts'] },
+      },
+      ...(faultsSelected
+        ? [
+            {
+              resolve: { alias },
+              test: {
+                ...common,
+                name: 'faults',
+                include: ['test/faults/**/*.fault-spec.ts'],
+                globalSetup: ['./test/faults/support/results.ts'],
+                fileParallelism: false,
+              },
+            },
+          ]
+        : []),
+    ],
+  },
+});
