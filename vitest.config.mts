@@ -16,7 +16,7 @@ const SRC = `${ROOT}/libs/idempotency/src`;
 /** The package's entry points, resolved to the sources (the same map as tsconfig.json's paths). */
 const alias = [
   { find: /^nest-idempotency$/, replacement: `${SRC}/index.ts` },
-  { find: /^nest-idempotency\/testing$/, replacement: `${SRC}/testing/index.ts` },
+  { find: /^nest-idempotency\/(core|typeorm|testing)$/, replacement: `${SRC}/$1.ts` },
 ];
 
 const faultsSelected = process.argv.some(

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { compareHttp, HttpRow } from './lib/http';
 import { openDataSource, serverVersion, startServer } from './lib/postgres';
 import { envNumber } from './lib/stats';

@@ -7,7 +7,8 @@ import { Body, Controller, HttpCode, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { AddressInfo } from 'node:net';
-import { Idempotent, IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { Idempotent, IdempotencyModule } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 
 @Controller()

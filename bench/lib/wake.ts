@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
-import { IdempotencyEngine, parseDuration, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyEngine, parseDuration } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { queriesOf } from './driver-count';
 import { sleep, until } from './stats';
 

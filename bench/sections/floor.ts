@@ -8,7 +8,8 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Pool, QueryConfig } from 'pg';
-import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyEngine } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { preparedName } from '../../libs/idempotency/src/stores/typeorm/prepared-query';
 import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/statements';
 import { channelFor, recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';

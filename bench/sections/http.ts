@@ -2,7 +2,7 @@
  * 2. What @Idempotent costs over HTTP: bench:http's comparison (compareHttp),
  * replays through the module's local replay cache included.
  */
-import { TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { compareHttp, HttpRow } from '../lib/http';
 import { BenchContext, ResultRow, SectionResult, verdict } from './context';
 

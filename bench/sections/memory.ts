@@ -2,7 +2,7 @@
  * 5. Memory: resident memory of the decorated-handler application after
  * many requests, with a full GC forced before each reading.
  */
-import { TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { completeReplayKey, runLoad, startApp } from '../lib/http';
 import { BenchContext, ResultRow, SectionResult, verdict } from './context';
 

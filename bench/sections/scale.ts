@@ -14,7 +14,8 @@ import type {
   ListFilter,
   RecordId,
 } from 'nest-idempotency';
-import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyEngine } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/statements';
 import { qualified } from '../../libs/idempotency/src/stores/typeorm/table';
 import { runPaced } from '../lib/paced';

@@ -4,7 +4,8 @@
  * to the duplicate's answer.
  */
 import { randomBytes } from 'node:crypto';
-import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyEngine } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { openDataSource, poolOf } from '../lib/postgres';
 import { fmtMs, fmtP50P99, fmtRange, percentile } from '../lib/stats';
 import { WakeTrial, wakeAfterActionTrial } from '../lib/wake';

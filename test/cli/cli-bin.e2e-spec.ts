@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { DataSource } from 'typeorm';
-import { TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
 import { createRecordsTable, schemaExists } from './cli-harness';
 

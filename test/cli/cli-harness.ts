@@ -1,5 +1,5 @@
 import { DataSource } from 'typeorm';
-import { createTableSql } from 'nest-idempotency';
+import { createTableSql } from 'nest-idempotency/typeorm';
 import { runCli } from '../../libs/idempotency/src/cli';
 import type { Interrupt } from '../../libs/idempotency/src/cli';
 import { testDatabaseUrl } from '../support/postgres';

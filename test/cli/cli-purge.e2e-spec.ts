@@ -1,5 +1,6 @@
 import { DataSource } from 'typeorm';
-import { AcquireRequest, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { AcquireRequest } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 import { cli, createRecordsTable, delay, tableSnapshot } from './cli-harness';
 

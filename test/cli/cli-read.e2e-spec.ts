@@ -1,5 +1,6 @@
 import { DataSource } from 'typeorm';
-import { keyDigest, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { keyDigest } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 import { cli, createRecordsTable, delay, rowsMentioning, tableSnapshot } from './cli-harness';
 

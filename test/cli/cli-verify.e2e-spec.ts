@@ -1,5 +1,6 @@
 import { DataSource } from 'typeorm';
-import { AcquireRequest, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { AcquireRequest } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
 import { cli, createRecordsTable, schemaExists, tableSnapshot } from './cli-harness';
 

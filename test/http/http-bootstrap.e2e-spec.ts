@@ -7,8 +7,8 @@ import {
   IdempotencyModule,
   IdempotencyModuleOptions,
   IdempotentOptions,
-  TypeOrmIdempotencyStore,
 } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { CapturedLogs } from '../support/captured-logs';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';

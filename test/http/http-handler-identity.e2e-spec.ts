@@ -1,6 +1,7 @@
 import { Body, Controller, INestApplication, Post } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { Idempotent, IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { Idempotent, IdempotencyModule } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { ADAPTERS, send, startHttpApp } from '../support/http-app';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';

@@ -2,7 +2,7 @@ import { ChildProcess, fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
-import { createTableSql } from 'nest-idempotency';
+import { createTableSql } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { ADAPTERS, AdapterName, Reply, send } from '../support/http-app';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';

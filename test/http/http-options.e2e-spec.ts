@@ -20,8 +20,8 @@ import {
   IdempotencyStore,
   InjectIdempotencyStore,
   StoredResult,
-  TypeOrmIdempotencyStore,
 } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { CapturedLogs, startLoggedHttpApp } from '../support/captured-logs';
 import { ADAPTERS, Reply, send, sendRaw } from '../support/http-app';

@@ -1,7 +1,8 @@
 import { Body, Controller, INestApplication, Post } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import net from 'node:net';
-import { Idempotent, IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { Idempotent, IdempotencyModule } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { CapturedLogs, startLoggedHttpApp } from '../support/captured-logs';

@@ -1,6 +1,7 @@
 import { INestApplication } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyModule } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { ADAPTERS, send, sendRaw, startHttpApp } from '../support/http-app';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';

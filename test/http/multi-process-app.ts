@@ -12,7 +12,8 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { randomUUID } from 'node:crypto';
 import { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Idempotent, IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { Idempotent, IdempotencyModule } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 
 const url = required('MP_PG_URL');

@@ -9,8 +9,8 @@ import {
   IdempotencyStore,
   InMemoryIdempotencyStore,
   PurgeRun,
-  TypeOrmIdempotencyStore,
 } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 

@@ -15,8 +15,8 @@ import {
   IdempotencyInFlightException,
   IdempotencyInFlightRpcException,
   IdempotencyModule,
-  TypeOrmIdempotencyStore,
 } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { Gate } from '../support/gate';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';

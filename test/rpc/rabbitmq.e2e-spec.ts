@@ -11,13 +11,8 @@ import { Test } from '@nestjs/testing';
 import * as amqp from 'amqplib';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
-import {
-  AcquireRequest,
-  AcquireResult,
-  Idempotent,
-  IdempotencyModule,
-  TypeOrmIdempotencyStore,
-} from 'nest-idempotency';
+import { AcquireRequest, AcquireResult, Idempotent, IdempotencyModule } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { Gate } from '../support/gate';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';

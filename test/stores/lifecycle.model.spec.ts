@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import type { DataSource } from 'typeorm';
-import { TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { lifecycleCommands, ModelRun, StoreSession } from './model/commands';
 import { LifecycleModel } from './model/lifecycle-model';
 import { inMemoryUnderTest, postgresUnderTest, StoreUnderTest } from './model/stores-under-test';

@@ -1,8 +1,5 @@
-import {
-  InMemoryIdempotencyStore,
-  ReplayCachingStore,
-  TypeOrmIdempotencyStore,
-} from 'nest-idempotency';
+import { InMemoryIdempotencyStore, ReplayCachingStore } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { describeIdempotencyStoreContract } from 'nest-idempotency/testing';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 

@@ -1,4 +1,4 @@
-import { TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { describeIdempotencyStoreContract } from 'nest-idempotency/testing';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 

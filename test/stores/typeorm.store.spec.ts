@@ -5,14 +5,16 @@ import { DataSource, DataSourceOptions, Logger } from 'typeorm';
 import {
   AcquireRequest,
   AcquireResult,
-  createIdempotencyMigration,
-  createTableSql,
   IdempotencyEngine,
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
+} from 'nest-idempotency';
+import {
+  createIdempotencyMigration,
+  createTableSql,
   TypeOrmIdempotencyStore,
   TypeOrmIdempotencyStoreOptions,
-} from 'nest-idempotency';
+} from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
 import { parsePgUrl, TcpProxy } from '../support/tcp-proxy';
 

@@ -1,4 +1,5 @@
-import { IdempotencyStoreSchemaError, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyStoreSchemaError } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { testDatabaseUrl } from '../support/postgres';
 

@@ -1,10 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import {
-  AcquireResult,
-  IdempotencyStore,
-  InMemoryIdempotencyStore,
-  TypeOrmIdempotencyStore,
-} from 'nest-idempotency';
+import { AcquireResult, IdempotencyStore, InMemoryIdempotencyStore } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 

@@ -1,4 +1,5 @@
-import { AcquireRequest, AcquireResult, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { AcquireRequest, AcquireResult } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { Gate } from './gate';
 
 /**

@@ -1,5 +1,6 @@
 import { DynamicModule, Module } from '@nestjs/common';
-import { IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyModule } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { DatabaseModule } from './database/database.module';
 import { PaymentsConsumer } from './payments/payments.consumer';

@@ -1,7 +1,9 @@
+/**
+ * `nest-idempotency`: the Nest module, the decorator and the interceptor, with
+ * everything of `nest-idempotency/core`. Needs `@nestjs/common`, `@nestjs/core`,
+ * `rxjs` and `reflect-metadata`; loads `@nestjs/microservices` only when the
+ * application has message handlers. The PostgreSQL store is
+ * `nest-idempotency/typeorm`.
+ */
 export * from './core';
-export * from './stores/memory/in-memory.store';
-export * from './stores/cache/replay-cache.store';
-export * from './stores/typeorm/typeorm.store';
-export { createIdempotencyMigration } from './stores/typeorm/migration';
-export { createTableSql } from './stores/typeorm/schema';
-export * from './nest';
+export * from './nest/index';

@@ -12,7 +12,8 @@
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { IdempotencyEngine, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { IdempotencyEngine } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import type {

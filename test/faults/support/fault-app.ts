@@ -16,7 +16,8 @@ import { NestFactory } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
 import { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Idempotent, IdempotencyModule, TypeOrmIdempotencyStore } from 'nest-idempotency';
+import { Idempotent, IdempotencyModule } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import type { ChildCommand, ChildMessage } from './protocol';
 

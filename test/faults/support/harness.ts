@@ -3,13 +3,12 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { IdempotencyEngine, IdempotencyEvent } from 'nest-idempotency';
 import {
   createTableSql,
-  IdempotencyEngine,
-  IdempotencyEvent,
   TypeOrmIdempotencyStore,
   TypeOrmIdempotencyStoreOptions,
-} from 'nest-idempotency';
+} from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { dropSchema, openDataSource, testDatabaseUrl } from '../../support/postgres';
 import type { ChildCommand, ChildMessage } from './protocol';

@@ -4,8 +4,8 @@ import {
   IdempotencyStore,
   InMemoryIdempotencyStore,
   RecordId,
-  TypeOrmIdempotencyStore,
 } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { Snapshot } from './lifecycle-model';
 
 /** Leases and TTLs that cannot run out by themselves while a run lasts. */

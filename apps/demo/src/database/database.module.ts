@@ -1,5 +1,5 @@
 import { Global, Inject, Module, OnApplicationShutdown } from '@nestjs/common';
-import { createIdempotencyMigration } from 'nest-idempotency';
+import { createIdempotencyMigration } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { Payment } from '../payments/payment.entity';
 import { CreateDemoPayments1764460800001 } from './create-payments.migration';

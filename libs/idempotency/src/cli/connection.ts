@@ -3,7 +3,7 @@ import { IdempotencyStoreSchemaError } from '../core/errors';
 import { IdempotencyLogger } from '../core/logger';
 import { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
 import { boundedQuery } from '../stores/typeorm/bounded-query';
-import { isUnavailable } from '../stores/typeorm/unavailable';
+import { isUnavailable } from '../stores/typeorm/postgres/unavailable';
 import { CliError, ExitCode } from './exit-codes';
 
 export { boundedQuery };

@@ -1,5 +1,6 @@
 import { Command } from 'commander';
-import { keyDigest } from '../core/key';
+import { storedKeyDigest } from '../core/key';
+import { describePayload } from '../core/payload';
 import { IdempotencyRecordView } from '../core/store';
 import { serverNow, withStore } from './connection';
 import { CommandContext } from './context';
@@ -37,7 +38,7 @@ export function addInspectCommand(program: Command, context: CommandContext): vo
         const where = `${connection.schema}.${connection.table}`;
         if (!record) {
           throw new CliError(
-            `no record for ${keyDigest(scope, key)} in ${where}`,
+            `no record for ${storedKeyDigest(scope, key)} in ${where}`,
             ExitCode.NOT_FOUND,
           );
         }
@@ -48,7 +49,7 @@ export function addInspectCommand(program: Command, context: CommandContext): vo
             serverTime: now.toISOString(),
             record: {
               ...recordJson(record, now),
-              ...(record.payload === undefined ? {} : { payload: record.payload }),
+              ...(record.payload === undefined ? {} : { payload: describePayload(record.payload) }),
             },
           });
           return;
@@ -62,7 +63,7 @@ export function addInspectCommand(program: Command, context: CommandContext): vo
 function fields(record: IdempotencyRecordView, now: Date): Array<[string, string]> {
   return [
     ['scope', record.scope],
-    ['key digest', keyDigest(record.scope, record.key)],
+    ['key digest', storedKeyDigest(record.scope, record.key)],
     ['state', stateLabel(record, now)],
     ['lease', leaseLabel(record, now)],
     ['expires', instantWithRelative(record.expiresAt, now)],
@@ -74,7 +75,18 @@ function fields(record: IdempotencyRecordView, now: Date): Array<[string, string
 }
 
 function payloadText(record: IdempotencyRecordView): string {
-  if (record.state !== 'COMPLETE') return 'payload: none yet (the action has not completed)';
-  if (record.payload === undefined) return 'payload: undefined (the action returned nothing)';
-  return `payload (as stored, after sanitize):\n${JSON.stringify(record.payload, null, 2)}`;
+  if (record.state !== 'COMPLETE' || record.payload === undefined)
+    return 'payload: none yet (the action has not completed)';
+  const payload = describePayload(record.payload);
+  if (payload.kind === 'value') {
+    if (payload.value === undefined) return 'payload: undefined (the action returned nothing)';
+    return `payload (as stored, after sanitize):\n${JSON.stringify(payload.value, null, 2)}`;
+  }
+  const headers = Object.entries(payload.headers).map(([name, value]) => `  ${name}: ${String(value)}`);
+  return [
+    `payload (as stored, after sanitize): HTTP ${payload.status}`,
+    ...headers,
+    `body (${payload.bodyEncoding}):`,
+    payload.body,
+  ].join('\n');
 }

@@ -1,5 +1,5 @@
 import { Command, Option } from 'commander';
-import { keyDigest } from '../core/key';
+import { storedKeyDigest } from '../core/key';
 import { IdempotencyRecordView } from '../core/store';
 import { STATE_ARGUMENTS, StateArgument, wholeNumber } from './arguments';
 import { serverNow, withStore } from './connection';
@@ -63,7 +63,7 @@ export function addListCommand(program: Command, context: CommandContext): void 
             ['Scope', 'Key digest', 'State', 'Lease', 'Expires', 'Age'],
             records.map((record) => [
               record.scope,
-              keyDigest(record.scope, record.key),
+              storedKeyDigest(record.scope, record.key),
               stateLabel(record, now),
               leaseLabel(record, now),
               instantWithRelative(record.expiresAt, now),
@@ -89,7 +89,7 @@ export function recordJson(record: IdempotencyRecordView, now: Date): Record<str
   return {
     scope: record.scope,
     key: record.key,
-    keyDigest: keyDigest(record.scope, record.key),
+    keyDigest: storedKeyDigest(record.scope, record.key),
     state: record.state,
     leaseExpired: record.leaseExpired,
     leaseExpiresAt: record.leaseExpiresAt?.toISOString() ?? null,

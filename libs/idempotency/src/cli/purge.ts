@@ -3,6 +3,20 @@ import { wholeNumber } from './arguments';
 import { withStore } from './connection';
 import { CommandContext } from './context';
 import { plural } from './format';
+import type { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
+import { DEFAULT_PURGE_BATCH } from '../core/store';
+
+/** Batches of at most 1000 rows, until one comes back short or `limit` is reached. */
+async function purgeAll(store: TypeOrmIdempotencyStore, limit = Number.POSITIVE_INFINITY): Promise<number> {
+  let total = 0;
+  for (;;) {
+    const batch = Math.min(DEFAULT_PURGE_BATCH, limit - total);
+    if (batch <= 0) return total;
+    const purged = await store.purgeExpired({ limit: batch });
+    total += purged;
+    if (purged < batch) return total;
+  }
+}
 
 interface PurgeOptions {
   dryRun?: boolean;
@@ -30,7 +44,7 @@ export function addPurgeCommand(program: Command, context: CommandContext): void
         const limit = options.limit;
         const count = options.dryRun
           ? await store.countExpired({ limit })
-          : await store.purgeExpired({ limit });
+          : await purgeAll(store, limit);
         const where = `${connection.schema}.${connection.table}`;
         if (options.json) {
           context.printJson({

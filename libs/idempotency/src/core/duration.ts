@@ -1,7 +1,30 @@
 import { IdempotencyConfigError } from './errors';
 
-/** A duration as users write it: ISO-8601 (`PT30S`), shorthand (`250ms`, `5m`) or milliseconds. */
+/** A duration as users write it: ISO-8601 (`PT30S`, `P30D`), shorthand (`250ms`, `5m`) or milliseconds. */
 export type Duration = string | number;
+
+/** Node timers overflow past 2^31 - 1 ms (about 24.8 days) and would fire at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+/** 100 years: every backend's timestamp type holds now + this (PostgreSQL, MariaDB DATETIME, Redis). */
+export const MAX_TTL_MS = 100 * 365 * 86_400_000;
+
+/**
+ * The one rule per kind of duration, applied wherever one is given (module
+ * defaults, `@Idempotent`, the engine, purge options), so the same value is
+ * accepted or refused the same way everywhere.
+ */
+export const DURATION_RULES = {
+  /** Timed by the heartbeat: bounded by Node's timers. */
+  lease: { allowZero: false, maxMs: MAX_TIMER_MS, most: 'at most 24 days' },
+  /** Zero: look once and answer at once. */
+  waitTimeout: { allowZero: true, maxMs: MAX_TIMER_MS, most: 'at most 24 days' },
+  /** Kept in the store's clock, not a timer. */
+  ttl: { allowZero: false, maxMs: MAX_TTL_MS, most: 'at most 100 years' },
+  /** A timer (the purge schedule). */
+  interval: { allowZero: false, maxMs: MAX_TIMER_MS, most: 'at most 24 days' },
+} as const;
+
+export type DurationKind = keyof typeof DURATION_RULES;
 
 const SHORTHAND = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/;
 const SHORTHAND_MS: Record<string, number> = {
@@ -16,21 +39,18 @@ const ISO =
   /^P(?:(\d+(?:\.\d+)?)W)?(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$/;
 const ISO_MS = [604_800_000, 86_400_000, 3_600_000, 60_000, 1000];
 
-export interface DurationRule {
-  /** Whether zero is allowed (`waitTimeout` yes, `lease` and `ttl` no). */
-  allowZero: boolean;
-}
-
 /**
- * Parses a duration to whole milliseconds, or throws `IdempotencyConfigError`
- * naming `option` (and `where`, e.g. `PaymentsController.create`) and the value.
+ * Parses a duration to whole milliseconds by the rule for `kind`, or throws
+ * `IdempotencyConfigError` naming `where` (e.g. `PaymentsController.create`),
+ * the option as the user wrote it (`option`, e.g. `defaults.ttl`) and the value.
  */
 export function parseDuration(
   value: unknown,
-  option: string,
-  rule: DurationRule,
+  kind: DurationKind,
+  option: string = kind,
   where?: string,
 ): number {
+  const rule = DURATION_RULES[kind];
   const ms = toMilliseconds(value);
   const place = where ? `${where}: ` : '';
   if (ms === undefined) {
@@ -43,10 +63,9 @@ export function parseDuration(
       `${place}option "${option}" must be ${rule.allowZero ? 'zero or more' : 'greater than zero'}, got ${describe(value)}`,
     );
   }
-  if (ms > 2 ** 31 - 1 && option !== 'ttl') {
-    // Node timers overflow past ~24.8 days and would fire immediately.
+  if (ms > rule.maxMs) {
     throw new IdempotencyConfigError(
-      `${place}option "${option}" is too long (${describe(value)}); at most 24 days`,
+      `${place}option "${option}" is too long (${describe(value)}); ${rule.most}`,
     );
   }
   return ms;

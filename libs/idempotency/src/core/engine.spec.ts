@@ -13,7 +13,8 @@ import {
 } from './errors';
 import { IdempotencyEvent } from './events';
 import { keyDigest } from './key';
-import { RecordId } from './store';
+import { decodeValue, encodeValue } from './payload';
+import { Lease, RecordId, StoredPayload } from './store';
 
 /** A key that must never show up in a log line, an event or an error message. */
 const KEY = 'raw-key-5b1f0c7e-secret';
@@ -48,10 +49,15 @@ function setup(store = new InMemoryIdempotencyStore(), options: IdempotencyEngin
     error: (m: string) => void lines.push(`error: ${m}`),
   };
   const engine = new IdempotencyEngine(store, { logger, ...options });
+  // What operators are told about; every edge's event has tests of its own below.
   const events: IdempotencyEvent[] = [];
-  engine.onEvent((event) => void events.push(event));
+  const all: IdempotencyEvent[] = [];
+  engine.onEvent((event) => {
+    all.push(event);
+    if (['lease-lost', 'completion-retry', 'release-failed'].includes(event.type)) events.push(event);
+  });
   afterEachHooks.push(() => said.push(...lines, ...events.map((e) => JSON.stringify(e))));
-  return { store, engine, lines, events };
+  return { store, engine, lines, events, all };
 }
 
 const afterEachHooks: Array<() => void> = [];
@@ -80,12 +86,12 @@ class FlakyCompletionStore extends InMemoryIdempotencyStore {
     super();
   }
 
-  override async complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number) {
+  override async complete(lease: Lease, payload: StoredPayload) {
     this.completeCalls++;
     if (this.completeCalls <= this.failures) {
       throw new IdempotencyStoreUnavailableError('PostgreSQL did not answer complete within 5 ms');
     }
-    return super.complete(id, leaseId, payload, ttlMs);
+    return super.complete(lease, payload);
   }
 }
 
@@ -246,13 +252,13 @@ describe('IdempotencyEngine', () => {
       const store = new InMemoryIdempotencyStore({ now: () => clock });
       const { engine, events, lines } = setup(store);
       const started = deferred<AbortSignal>();
-      let newOwnerLease = '';
+      let newOwnerLease: Lease | undefined;
 
       const stale = engine.execute(request({ lease: 100 }), async (signal) => {
         started.resolve(signal);
         await aborted(signal);
         // The new owner finishes while the stale action is still winding down.
-        await store.complete(ID, newOwnerLease, 'from the new owner', 60_000);
+        await store.complete(newOwnerLease!, encodeValue('from the new owner'));
         return 'from the stale owner';
       });
       const signal = await started.promise;
@@ -263,9 +269,10 @@ describe('IdempotencyEngine', () => {
         leaseMs: 10_000,
         waitTimeoutMs: 0,
         ttlMs: 60_000,
+        fingerprint: null,
       });
       expect(stolen.kind).toBe('acquired');
-      newOwnerLease = (stolen as { leaseId: string }).leaseId;
+      newOwnerLease = (stolen as { lease: Lease }).lease;
 
       await expect(stale).resolves.toEqual({ kind: 'executed', value: 'from the stale owner' });
       expect(signal.aborted).toBe(true);
@@ -277,10 +284,9 @@ describe('IdempotencyEngine', () => {
       expect(lines[0]).toBe(
         `warn: lease on ${DIGEST} was lost while the action ran; aborting its signal`,
       );
-      await expect(store.find(ID)).resolves.toMatchObject({
-        state: 'COMPLETE',
-        payload: 'from the new owner',
-      });
+      const record = await store.find(ID);
+      expect(record?.state).toBe('COMPLETE');
+      expect(decodeValue(record!.payload!)).toBe('from the new owner');
       await expect(engine.execute(request(), vi.fn())).resolves.toMatchObject({
         kind: 'replayed',
         value: 'from the new owner',
@@ -294,14 +300,14 @@ describe('IdempotencyEngine', () => {
         private committed = false;
         private readonly answer = deferred();
 
-        override async complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number) {
-          await super.complete(id, leaseId, payload, ttlMs);
+        override async complete(lease: Lease, payload: StoredPayload) {
+          await super.complete(lease, payload);
           this.committed = true;
           await this.answer.promise;
         }
 
-        override async extend(id: RecordId, leaseId: string, leaseMs: number) {
-          const kept = await super.extend(id, leaseId, leaseMs);
+        override async extend(lease: Lease) {
+          const kept = await super.extend(lease);
           if (this.committed) setImmediate(() => this.answer.resolve());
           return kept;
         }
@@ -319,7 +325,9 @@ describe('IdempotencyEngine', () => {
       expect(events).toEqual([]);
       expect(lines).toEqual([]);
       expect(signal?.aborted).toBe(false);
-      await expect(store.find(ID)).resolves.toMatchObject({ state: 'COMPLETE', payload: 'v' });
+      const record = await store.find(ID);
+      expect(record?.state).toBe('COMPLETE');
+      expect(decodeValue(record!.payload!)).toBe('v');
     });
 
     describe('timer', () => {
@@ -527,13 +535,12 @@ describe('IdempotencyEngine', () => {
       await expect(strict.execute(request({ key: longKey }), async () => 1)).rejects.toThrow(
         IdempotencyKeyError,
       );
-      const { engine: roomy } = setup(undefined, { maxKeyLength: 300 });
-      await expect(roomy.execute(request({ key: longKey }), async () => 1)).resolves.toEqual({
-        kind: 'executed',
-        value: 1,
-      });
-      const { engine: tight } = setup(undefined, { maxKeyLength: 8 });
-      const error = await rejection(tight.execute(request({ key: 'nine-char' }), async () => 1));
+      await expect(
+        strict.execute(request({ key: longKey, maxKeyLength: 300 }), async () => 1),
+      ).resolves.toEqual({ kind: 'executed', value: 1 });
+      const error = await rejection(
+        strict.execute(request({ key: 'nine-char', maxKeyLength: 8 }), async () => 1),
+      );
       expect(error).toBeInstanceOf(IdempotencyKeyError);
       expect(error.message).toContain('the maximum is 8');
       expect(error.message).not.toContain('nine-char');
@@ -558,9 +565,87 @@ describe('IdempotencyEngine', () => {
       (engine.store as FlakyCompletionStore).completeCalls = 0;
       await engine.execute(request({ key: 'b' }), async () => 2);
 
-      expect(seen).toEqual(['completion-retry']);
+      expect(seen).toEqual(['acquired', 'completion-retry', 'completed']);
       expect(lines).toContain('error: idempotency event listener threw: Error: listener bug');
     });
+  });
+});
+
+describe('an event for every edge and outcome, naming the record by digest only', () => {
+  it('acquired and completed (with the action time), then replayed', async () => {
+    const { engine, all } = setup();
+    await engine.execute(request(), async () => 'v');
+    await engine.execute(request(), async () => 'never');
+    expect(all.map((e) => e.type)).toEqual(['acquired', 'completed', 'replayed']);
+    for (const event of all) expect(event).toMatchObject({ scope: SCOPE, keyDigest: DIGEST });
+    expect((all[1] as { actionMs: number }).actionMs).toBeGreaterThanOrEqual(0);
+  });
+
+  it('released when the action throws, in-flight and fingerprint-mismatch when refused', async () => {
+    const { engine, all } = setup();
+    await rejection(
+      engine.execute(request({ key: 'fails' }), async () => {
+        throw new Error('declined');
+      }),
+    );
+    const holding = deferred();
+    const running = engine.execute(request({ key: 'held', fingerprint: 'f1' }), () => holding.promise);
+    await rejection(engine.execute(request({ key: 'held', fingerprint: 'f1' }), async () => 1));
+    await rejection(engine.execute(request({ key: 'held', fingerprint: 'f2' }), async () => 1));
+    holding.resolve();
+    await running;
+    expect(all.map((e) => e.type)).toEqual([
+      'acquired',
+      'released',
+      'acquired',
+      'in-flight',
+      'fingerprint-mismatch',
+      'completed',
+    ]);
+    expect(all[1]).toMatchObject({ reason: 'action-failed' });
+    expect(all[3]).toMatchObject({ retryAfterMs: expect.any(Number) });
+  });
+
+  it('completion-failed when every attempt failed', async () => {
+    const { engine, all } = setup(new FlakyCompletionStore(10), {
+      completionRetry: { attempts: 2, initialDelayMs: 1 },
+    });
+    await rejection(engine.execute(request(), async () => 1));
+    expect(all.map((e) => e.type)).toEqual(['acquired', 'completion-retry', 'completion-failed']);
+    expect(all[2]).toMatchObject({ attempts: 2 });
+  });
+
+  it('builds no event when nobody listens', async () => {
+    const engine = new IdempotencyEngine(new InMemoryIdempotencyStore(), {
+      logger: { warn: () => undefined, error: () => undefined },
+    });
+    const spy = vi.spyOn(engine as unknown as { dispatch: () => void }, 'dispatch');
+    await engine.execute(request(), async () => 1);
+    expect(spy).not.toHaveBeenCalled();
+  });
+});
+
+describe('policies: checked once, reused per call', () => {
+  it('run() with a compiled policy behaves as execute()', async () => {
+    const { engine } = setup();
+    const policy = engine.policy({ scope: SCOPE, ttl: 'P1D' });
+    expect(policy).toMatchObject({ scope: SCOPE, leaseMs: 30_000, waitTimeoutMs: 10_000, ttlMs: 86_400_000 });
+    await expect(engine.run(policy, { key: KEY }, async () => 'v')).resolves.toEqual({ kind: 'executed', value: 'v' });
+    await expect(engine.run(policy, { key: KEY }, async () => 'w')).resolves.toMatchObject({ kind: 'replayed', value: 'v' });
+  });
+
+  it('keeps tenants apart under one scope, and never shows the tenant', async () => {
+    const { engine, store, lines } = setup();
+    const policy = engine.policy({ scope: SCOPE });
+    await engine.run(policy, { key: KEY, tenant: 'ann.smith@example.com' }, async () => 'ann');
+    await expect(
+      engine.run(policy, { key: KEY, tenant: 'bob@example.com' }, async () => 'bob'),
+    ).resolves.toEqual({ kind: 'executed', value: 'bob' });
+    expect((await store.list({})).map((r) => r.scope).sort()).toEqual([
+      `${SCOPE}#tenant:ann.smith@example.com`,
+      `${SCOPE}#tenant:bob@example.com`,
+    ]);
+    expect(lines.join('\n')).not.toContain('ann.smith');
   });
 });
 

@@ -1,39 +1,43 @@
 import {
-  IdempotencyCompletionError,
   IdempotencyFingerprintMismatchException,
   IdempotencyInFlightException,
-  IdempotencyLeaseLostError,
   IdempotencyPayloadError,
 } from './errors';
-import { Duration, parseDuration } from './duration';
-import { IdempotencyEvent, IdempotencyEventListener } from './events';
-import { assertValidKey, assertValidScope, DEFAULT_MAX_KEY_LENGTH, keyDigest } from './key';
-import { IdempotencyLogger } from './logger';
-import { IdempotencyStore, RecordId } from './store';
+import type { IdempotencyEvent, IdempotencyEventListener } from './events';
+import {
+  CompletionRetryOptions,
+  describeError,
+  Execution,
+  ExecutionContext,
+} from './execution';
+import { assertValidKey, keyDigest, storedScope } from './key';
+import type { IdempotencyLogger } from './logger';
+import { decodeValue, encodeValue } from './payload';
+import { compilePolicy, ExecutionPolicy, PolicyOptions } from './policy';
+import type { IdempotencyStore, StoredPayload } from './store';
 
-export interface ExecuteRequest {
-  scope: string;
+/** One call: which key, and what identifies the request behind it. */
+export interface CallOptions {
   key: string;
-  lease: Duration;
-  waitTimeout: Duration;
-  ttl: Duration;
-  fingerprint?: string;
+  /** A record first taken with another fingerprint refuses this call (`IdempotencyFingerprintMismatchException`). */
+  fingerprint?: string | null;
+  /** The principal the call acts for: part of the record's identity, never logged. */
+  tenant?: string;
 }
 
-/** `P` is what the store holds: by default the action's value itself. */
-export type ExecuteOutcome<T, P = T> =
-  { kind: 'executed'; value: T } | { kind: 'replayed'; value: P; completedAt: Date };
+/** A whole request for `execute`: the policy and the call in one object. */
+export interface ExecuteRequest extends PolicyOptions, CallOptions {}
 
-export interface CompletionRetryOptions {
-  /** Attempts in all, the first included. */
-  attempts: number;
-  initialDelayMs: number;
-  maxDelayMs: number;
-}
+export type ExecuteOutcome<T> =
+  { kind: 'executed'; value: T } | { kind: 'replayed'; value: T; completedAt: Date };
+
+/** What `begin` found: the record is ours to run, or it was already completed. */
+export type BeginOutcome =
+  | { kind: 'acquired'; execution: Execution }
+  | { kind: 'replayed'; payload: StoredPayload; completedAt: Date };
 
 export interface IdempotencyEngineOptions {
   logger?: IdempotencyLogger;
-  maxKeyLength?: number;
   completionRetry?: Partial<CompletionRetryOptions>;
 }
 
@@ -51,20 +55,28 @@ const consoleLogger: IdempotencyLogger = {
 /**
  * acquire → run with heartbeat → complete, or release when the action throws.
  * Framework-free: the Nest adapter and plain code use the same engine.
+ *
+ *   const engine = new IdempotencyEngine(store);
+ *   const charge = engine.policy({ scope: 'charges', ttl: 'P1D' });   // checked once
+ *   const outcome = await engine.run(charge, { key }, async (signal) => chargeCard(signal));
  */
 export class IdempotencyEngine {
-  private readonly logger: IdempotencyLogger;
-  private readonly maxKeyLength: number;
-  private readonly retry: CompletionRetryOptions;
   private readonly listeners = new Set<IdempotencyEventListener>();
+  private readonly context: ExecutionContext;
 
   constructor(
     readonly store: IdempotencyStore,
     options: IdempotencyEngineOptions = {},
   ) {
-    this.logger = options.logger ?? consoleLogger;
-    this.maxKeyLength = options.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH;
-    this.retry = { ...DEFAULT_RETRY, ...options.completionRetry };
+    this.context = {
+      store,
+      logger: options.logger ?? consoleLogger,
+      retry: { ...DEFAULT_RETRY, ...options.completionRetry },
+      // Events are built only when someone listens: the hot path allocates nothing for them.
+      emit: (event) => {
+        if (this.listeners.size > 0) this.dispatch(event());
+      },
+    };
   }
 
   /** Subscribes to engine events; returns the unsubscribe function. */
@@ -73,222 +85,133 @@ export class IdempotencyEngine {
     return () => this.listeners.delete(listener);
   }
 
+  /** Checks and parses a scope's rules once (throws `IdempotencyConfigError`); reuse it for every call. */
+  policy(options: PolicyOptions, where?: string): ExecutionPolicy {
+    return compilePolicy(options, where);
+  }
+
   /**
-   * Runs `action` once per (scope, key). `toPayload` turns its value into what is
-   * stored and replayed (the value itself by default); the executing caller
-   * always gets the value as the action returned it.
+   * Runs `action` once per (scope, key), storing its value as JSON; a replay
+   * gets the stored value back (class instances as plain objects). Parses the
+   * request's policy on every call: prefer `policy()` once and `run()`.
    */
-  async execute<T, P = T>(
+  async execute<T>(
     request: ExecuteRequest,
     action: (signal: AbortSignal) => Promise<T>,
-    toPayload: (value: T) => P = (value) => value as unknown as P,
-  ): Promise<ExecuteOutcome<T, P>> {
-    assertValidScope(request.scope);
-    assertValidKey(request.scope, request.key, this.maxKeyLength);
-    const leaseMs = parseDuration(request.lease, 'lease', { allowZero: false }, request.scope);
-    const waitTimeoutMs = parseDuration(
-      request.waitTimeout,
-      'waitTimeout',
-      { allowZero: true },
-      request.scope,
-    );
-    const ttlMs = parseDuration(request.ttl, 'ttl', { allowZero: false }, request.scope);
-    const id: RecordId = { scope: request.scope, key: request.key };
-    // Only for messages: a replay, the most frequent outcome, never needs it.
-    const digest = () => keyDigest(request.scope, request.key);
-
-    // Spelled out: on Node 20 (V8 11.3), `{ ...id, leaseMs }` costs microseconds per call.
-    const acquired = await this.store.tryAcquire({
-      scope: id.scope,
-      key: id.key,
-      leaseMs,
-      waitTimeoutMs,
-      ttlMs,
-      fingerprint: request.fingerprint,
-    });
-    switch (acquired.kind) {
-      case 'duplicate':
-        return {
-          kind: 'replayed',
-          value: acquired.payload as P,
-          completedAt: acquired.completedAt,
-        };
-      case 'in-flight':
-        throw new IdempotencyInFlightException(acquired.retryAfterMs, request.scope, digest());
-      case 'fingerprint-mismatch':
-        throw new IdempotencyFingerprintMismatchException(request.scope, digest());
-      case 'acquired':
-        return {
-          kind: 'executed',
-          value: await this.run(id, digest(), acquired.leaseId, leaseMs, ttlMs, action, toPayload),
-        };
-      default:
-        return assertNever(acquired);
-    }
+  ): Promise<ExecuteOutcome<T>> {
+    return this.run(compilePolicy(request), request, action);
   }
 
-  private async run<T>(
-    id: RecordId,
-    digest: string,
-    leaseId: string,
-    leaseMs: number,
-    ttlMs: number,
+  /** `execute` with a policy compiled once. The executing caller gets the value as the action returned it. */
+  async run<T>(
+    policy: ExecutionPolicy,
+    call: CallOptions,
     action: (signal: AbortSignal) => Promise<T>,
-    toPayload: (value: T) => unknown,
-  ): Promise<T> {
-    const heartbeat = this.startHeartbeat(id, digest, leaseId, leaseMs);
-    try {
-      let value: T;
-      try {
-        value = await action(heartbeat.signal);
-      } catch (error) {
-        heartbeat.stop();
-        await this.releaseQuietly(id, digest, leaseId);
-        throw error;
-      }
-      heartbeat.settled();
-      let payload: unknown;
-      try {
-        payload = toPayload(value);
-      } catch (error) {
-        await this.releaseQuietly(id, digest, leaseId);
-        throw error;
-      }
-      await this.completeWithRetry(id, digest, leaseId, payload, ttlMs);
-      return value;
-    } finally {
-      heartbeat.stop();
+  ): Promise<ExecuteOutcome<T>> {
+    const begun = await this.begin(policy, call);
+    if (begun.kind === 'replayed') {
+      return { kind: 'replayed', value: decodeValue(begun.payload) as T, completedAt: begun.completedAt };
     }
-  }
-
-  private startHeartbeat(id: RecordId, digest: string, leaseId: string, leaseMs: number) {
-    const controller = new AbortController();
-    let stopped = false;
-    let settled = false;
-    const beat = async () => {
-      try {
-        const kept = await this.store.extend(id, leaseId, leaseMs);
-        if (!kept && !stopped) {
-          stopped = true;
-          clearInterval(timer);
-          // Once the action has settled, a refusal may be our own completion
-          // landing first; completion reports a lease that is really lost.
-          if (settled) return;
-          this.logger.warn(`lease on ${digest} was lost while the action ran; aborting its signal`);
-          this.emit({
-            type: 'lease-lost',
-            scope: id.scope,
-            keyDigest: digest,
-            during: 'heartbeat',
-          });
-          controller.abort(new IdempotencyLeaseLostError(`lease on ${digest} was lost`));
-        }
-      } catch (error) {
-        // The store is unreachable: keep beating, the lease may still be ours.
-        if (!stopped) this.logger.warn(`heartbeat for ${digest} failed: ${describe(error)}`);
-      }
-    };
-    const timer = setInterval(() => void beat(), Math.max(1, Math.floor(leaseMs / 2)));
-    timer.unref();
-    return {
-      signal: controller.signal,
-      /** The action has finished: keep the lease while completing, but report nothing. */
-      settled: () => {
-        settled = true;
-      },
-      stop: () => {
-        stopped = true;
-        clearInterval(timer);
-      },
-    };
-  }
-
-  private async completeWithRetry(
-    id: RecordId,
-    digest: string,
-    leaseId: string,
-    value: unknown,
-    ttlMs: number,
-  ) {
-    let delay = this.retry.initialDelayMs;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await this.store.complete(id, leaseId, value, ttlMs);
-        return;
-      } catch (error) {
-        if (error instanceof IdempotencyLeaseLostError) {
-          // Someone else owns the record now; their result stands, ours is still the caller's.
-          this.logger.warn(
-            `completion of ${digest} refused: the lease was lost; the newer owner's result stands`,
-          );
-          this.emit({ type: 'lease-lost', scope: id.scope, keyDigest: digest, during: 'complete' });
-          return;
-        }
-        if (error instanceof IdempotencyPayloadError) {
-          await this.releaseQuietly(id, digest, leaseId);
-          throw new IdempotencyPayloadError(
-            `${digest}: ${error.message}; the record was released`,
-            { cause: error },
-          );
-        }
-        if (attempt >= this.retry.attempts) {
-          throw new IdempotencyCompletionError(
-            `the action for ${digest} ran but its result could not be stored after ${attempt} attempts: ${describe(error)}`,
-            id.scope,
-            digest,
-            { cause: error },
-          );
-        }
-        this.emit({
-          type: 'completion-retry',
-          scope: id.scope,
-          keyDigest: digest,
-          attempt,
-          error: describe(error),
-        });
-        this.logger.warn(
-          `completion of ${digest} failed (attempt ${attempt}), retrying in ${delay} ms: ${describe(error)}`,
-        );
-        await new Promise((resolve) => setTimeout(resolve, delay));
-        delay = Math.min(delay * 2, this.retry.maxDelayMs);
-      }
-    }
-  }
-
-  private async releaseQuietly(id: RecordId, digest: string, leaseId: string): Promise<void> {
+    const { execution } = begun;
+    let value: T;
     try {
-      await this.store.release(id, leaseId);
+      value = await action(execution.signal);
     } catch (error) {
-      if (error instanceof IdempotencyLeaseLostError) {
-        this.emit({ type: 'lease-lost', scope: id.scope, keyDigest: digest, during: 'release' });
-        return;
-      }
-      // The lease will lapse and the next caller steals it; the original error matters more.
-      this.logger.warn(
-        `release of ${digest} failed; its lease will lapse instead: ${describe(error)}`,
+      await execution.release('action-failed');
+      throw error;
+    }
+    let payload: StoredPayload;
+    try {
+      payload = encodeValue(value);
+    } catch (error) {
+      await execution.release('not-storable');
+      throw new IdempotencyPayloadError(
+        `${execution.keyDigest}: ${(error as Error).message}; the record was released`,
+        { cause: error },
       );
-      this.emit({
-        type: 'release-failed',
-        scope: id.scope,
-        keyDigest: digest,
-        error: describe(error),
-      });
+    }
+    await execution.complete(payload);
+    return { kind: 'executed', value };
+  }
+
+  /**
+   * The low-level step adapters build on: validates the key, acquires (the
+   * store may wait for a holder's outcome), and either hands back the stored
+   * payload of a completed record or an `Execution` that the caller must end
+   * with `complete(payload)` or `release()`. Throws
+   * `IdempotencyInFlightException` (still held after the wait),
+   * `IdempotencyFingerprintMismatchException`, `IdempotencyKeyError` and the
+   * store's `IdempotencyStoreUnavailableError`.
+   */
+  async begin(policy: ExecutionPolicy, call: CallOptions): Promise<BeginOutcome> {
+    assertValidKey(policy.where, call.key, policy.maxKeyLength);
+    const startedAt = performance.now();
+    const result = await this.context.store.tryAcquire({
+      scope: storedScope(policy.scope, call.tenant),
+      key: call.key,
+      leaseMs: policy.leaseMs,
+      waitTimeoutMs: policy.waitTimeoutMs,
+      ttlMs: policy.ttlMs,
+      fingerprint: call.fingerprint ?? null,
+    });
+    // Only outcomes that log or emit need the digest; a replay usually does not.
+    const digest = () => keyDigest(policy.scope, call.key, call.tenant);
+    switch (result.kind) {
+      case 'duplicate':
+        this.context.emit(() => ({
+          type: 'replayed',
+          scope: policy.scope,
+          keyDigest: digest(),
+          acquireMs: performance.now() - startedAt,
+        }));
+        return { kind: 'replayed', payload: result.payload, completedAt: result.completedAt };
+      case 'acquired': {
+        const keyDigestText = digest();
+        this.context.emit(() => ({
+          type: 'acquired',
+          scope: policy.scope,
+          keyDigest: keyDigestText,
+          acquireMs: performance.now() - startedAt,
+        }));
+        return {
+          kind: 'acquired',
+          execution: new Execution(this.context, policy.scope, keyDigestText, result.lease),
+        };
+      }
+      case 'in-flight': {
+        const error = new IdempotencyInFlightException(result.retryAfterMs, policy.scope, digest());
+        this.context.emit(() => ({
+          type: 'in-flight',
+          scope: policy.scope,
+          keyDigest: error.keyDigest,
+          retryAfterMs: result.retryAfterMs,
+          acquireMs: performance.now() - startedAt,
+        }));
+        throw error;
+      }
+      case 'fingerprint-mismatch': {
+        const error = new IdempotencyFingerprintMismatchException(policy.scope, digest());
+        this.context.emit(() => ({
+          type: 'fingerprint-mismatch',
+          scope: policy.scope,
+          keyDigest: error.keyDigest,
+        }));
+        throw error;
+      }
+      default:
+        return assertNever(result);
     }
   }
 
-  private emit(event: IdempotencyEvent): void {
+  private dispatch(event: IdempotencyEvent): void {
     for (const listener of this.listeners) {
       try {
         listener(event);
       } catch (error) {
-        this.logger.error(`idempotency event listener threw: ${describe(error)}`);
+        this.context.logger.error(`idempotency event listener threw: ${describeError(error)}`);
       }
     }
   }
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }
 
 function assertNever(value: never): never {

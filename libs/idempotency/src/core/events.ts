@@ -1,5 +1,21 @@
-/** Things worth an operator's attention; emitted by the engine, never a substitute for an error. */
+/**
+ * One event per edge and outcome, for metrics, traces and operators. Each
+ * names the record by its scope and key digest, never by the raw key or a
+ * tenant. Emitted synchronously; a listener that throws is logged and ignored.
+ */
 export type IdempotencyEvent =
+  | { type: 'acquired'; scope: string; keyDigest: string; acquireMs: number }
+  | { type: 'completed'; scope: string; keyDigest: string; actionMs: number }
+  | { type: 'replayed'; scope: string; keyDigest: string; acquireMs: number }
+  | { type: 'in-flight'; scope: string; keyDigest: string; retryAfterMs: number; acquireMs: number }
+  | { type: 'fingerprint-mismatch'; scope: string; keyDigest: string }
+  | {
+      type: 'released';
+      scope: string;
+      keyDigest: string;
+      /** Why: the action threw, or its result could not be stored. */
+      reason: 'action-failed' | 'not-storable';
+    }
   | {
       type: 'lease-lost';
       scope: string;
@@ -8,6 +24,7 @@ export type IdempotencyEvent =
       during: 'heartbeat' | 'complete' | 'release';
     }
   | { type: 'completion-retry'; scope: string; keyDigest: string; attempt: number; error: string }
+  | { type: 'completion-failed'; scope: string; keyDigest: string; attempts: number; error: string }
   | { type: 'release-failed'; scope: string; keyDigest: string; error: string };
 
 export type IdempotencyEventListener = (event: IdempotencyEvent) => void;

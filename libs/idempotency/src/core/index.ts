@@ -1,9 +1,14 @@
+export * from './decide';
 export * from './duration';
 export * from './engine';
 export * from './errors';
 export * from './events';
+export { Execution } from './execution';
+export type { CompletionResult, CompletionRetryOptions } from './execution';
 export * from './key';
 export * from './logger';
 export * from './payload';
+export * from './policy';
 export * from './store';
+export * from './wait-loop';
 export * from './waiters';

@@ -1,6 +1,14 @@
 import { createHash } from 'node:crypto';
 import { IdempotencyKeyError } from './errors';
-import { assertValidKey, assertValidScope, DEFAULT_MAX_KEY_LENGTH, keyDigest } from './key';
+import {
+  assertValidKey,
+  DEFAULT_MAX_KEY_LENGTH,
+  keyDigest,
+  keyFromBytes,
+  scopeProblem,
+  storedKeyDigest,
+  storedScope,
+} from './key';
 
 function keyError(run: () => unknown): IdempotencyKeyError {
   try {
@@ -97,12 +105,76 @@ describe('assertValidKey', () => {
   });
 });
 
-describe('assertValidScope', () => {
+describe('scopeProblem', () => {
   it('accepts a non-empty scope', () => {
-    expect(() => assertValidScope('PaymentsController.create')).not.toThrow();
+    expect(scopeProblem('PaymentsController.create')).toBeUndefined();
   });
 
-  it.each([[''], [undefined], [42], ['a\nb']])('rejects %p', (scope) => {
-    keyError(() => assertValidScope(scope));
+  it.each([
+    ['', 'must be a non-empty string'],
+    [undefined, 'must be a non-empty string'],
+    [42, 'must be a non-empty string'],
+    ['a\nb', 'must not contain control characters'],
+    ['a#tenant:b', 'must not contain "#tenant:" (it marks a tenant)'],
+    ['a\ud800', 'must be well-formed Unicode'],
+  ])('refuses %p', (scope, problem) => {
+    expect(scopeProblem(scope)).toBe(problem);
+  });
+});
+
+describe('keys are code points, well-formed, and counted as characters', () => {
+  it('counts characters, not UTF-16 units or bytes: 255 emoji are 255 characters', () => {
+    const key = '🔑'.repeat(255);
+    expect(key.length).toBe(510);
+    expect(Buffer.byteLength(key)).toBe(1020);
+    expect(() => assertValidKey('s', key)).not.toThrow();
+    expect(keyError(() => assertValidKey('s', `${key}x`)).message).toContain('256 characters');
+    expect(() => assertValidKey('s', 'заказ-'.repeat(42))).not.toThrow();
+  });
+
+  it('refuses a lone surrogate, which UTF-8 would turn into U+FFFD (and two keys into one)', () => {
+    const error = keyError(() => assertValidKey('s', 'secret\ud800'));
+    expect(error.message).toContain('is not well-formed Unicode');
+    expect(error.message).not.toContain('secret');
+  });
+});
+
+describe('tenants', () => {
+  it('is stored as part of the scope, and its digest covers tenant and key without showing either', () => {
+    expect(storedScope('C.p', undefined)).toBe('C.p');
+    expect(storedScope('C.p', 'ann.smith@example.com')).toBe('C.p#tenant:ann.smith@example.com');
+    const digest = keyDigest('C.p', 'k-1', 'ann.smith@example.com');
+    expect(digest).toMatch(/^C\.p\/#[0-9a-f]{12}$/);
+    expect(digest).not.toBe(keyDigest('C.p', 'k-1'));
+    expect(digest).not.toBe(keyDigest('C.p', 'k-1', 'bob@example.com'));
+    expect(storedKeyDigest('C.p#tenant:ann.smith@example.com', 'k-1')).toBe(digest);
+    expect(storedKeyDigest('C.p', 'k-1')).toBe(keyDigest('C.p', 'k-1'));
+  });
+});
+
+describe('keyFromBytes', () => {
+  it('keeps UTF-8 text as it is', () => {
+    expect(keyFromBytes(Buffer.from('order-42'))).toBe('order-42');
+    expect(keyFromBytes(Buffer.from('заказ-42'))).toBe('заказ-42');
+  });
+
+  it('gives different binary keys different strings (no U+FFFD collisions)', () => {
+    const a = keyFromBytes(Buffer.from('9fa1', 'hex'));
+    const b = keyFromBytes(Buffer.from('8ea1', 'hex'));
+    expect(a).toBe('hex:9fa1');
+    expect(b).toBe('hex:8ea1');
+    expect(Buffer.from('9fa1', 'hex').toString('utf8')).toBe(Buffer.from('8ea1', 'hex').toString('utf8'));
+  });
+
+  it('hex-encodes bytes with control characters (schema-registry framing starts with 0x00)', () => {
+    const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, 7]), Buffer.from('order-1')]);
+    expect(keyFromBytes(framed)).toBe(`hex:${framed.toString('hex')}`);
+    expect(() => assertValidKey('s', keyFromBytes(framed))).not.toThrow();
+  });
+
+  it('hex-encodes text that itself starts with hex:, so the mapping stays one to one', () => {
+    const text = Buffer.from('hex:9fa1');
+    expect(keyFromBytes(text)).toBe(`hex:${text.toString('hex')}`);
+    expect(keyFromBytes(text)).not.toBe(keyFromBytes(Buffer.from('9fa1', 'hex')));
   });
 });

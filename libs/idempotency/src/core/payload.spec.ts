@@ -1,5 +1,16 @@
 import { IdempotencyPayloadError } from './errors';
-import { decodePayload, DEFAULT_MAX_PAYLOAD_BYTES, encodePayload } from './payload';
+import {
+  assertPayloadSize,
+  decodeHttpResponse,
+  decodeValue,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  describePayload,
+  encodeHttpResponse,
+  encodeValue,
+} from './payload';
+
+const encodePayload = encodeValue;
+const decodePayload = decodeValue;
 
 function payloadError(run: () => unknown): IdempotencyPayloadError {
   try {
@@ -22,11 +33,22 @@ describe('encodePayload / decodePayload', () => {
     ['an empty object', {}],
     ['a nested object', { status: 201, body: { id: 7, tags: ['a'], none: null } }],
     ['unicode', { name: 'ключ-🔑' }],
-  ])('round-trips %s, through a string and through parsed jsonb', (_label, value) => {
+  ])('round-trips %s', (_label, value) => {
     const encoded = encodePayload(value);
-    expect(typeof encoded).toBe('string');
+    expect(Buffer.isBuffer(encoded)).toBe(true);
     expect(decodePayload(encoded)).toEqual(value);
-    expect(decodePayload(JSON.parse(encoded))).toEqual(value);
+  });
+
+  it('stores U+0000 and lone surrogates as JSON escapes, well-formed UTF-8 that every store holds', () => {
+    const value = { nul: 'a\u0000b', lone: 'x\ud800y' };
+    const encoded = encodePayload(value);
+    expect(encoded.toString('utf8')).toBe('v{"nul":"a\\u0000b","lone":"x\\ud800y"}');
+    expect(encoded.includes(0)).toBe(false);
+    expect(decodePayload(encoded)).toEqual(value);
+  });
+
+  it('keeps object key order as the value had it', () => {
+    expect(encodePayload({ b: 1, a: 2 }).toString('utf8')).toBe('v{"b":1,"a":2}');
   });
 
   it('keeps undefined distinct from null', () => {
@@ -78,19 +100,53 @@ describe('encodePayload / decodePayload', () => {
     });
   });
 
-  it('refuses a result larger than the maximum, 1 MiB by default', () => {
+  it('refuses a stored payload larger than a maximum, naming both sizes (1 MiB by default)', () => {
     expect(DEFAULT_MAX_PAYLOAD_BYTES).toBe(1024 * 1024);
-    const fits = 'x'.repeat(DEFAULT_MAX_PAYLOAD_BYTES - '{"v":""}'.length);
-    expect(() => encodePayload(fits)).not.toThrow();
-    expect(payloadError(() => encodePayload(`${fits}x`)).message).toBe(
-      `result is ${DEFAULT_MAX_PAYLOAD_BYTES + 1} bytes serialized; the store accepts at most ${DEFAULT_MAX_PAYLOAD_BYTES}`,
+    expect(() => assertPayloadSize(Buffer.alloc(10), 10)).not.toThrow();
+    expect(payloadError(() => assertPayloadSize(Buffer.alloc(11), 10)).message).toBe(
+      'result is 11 bytes stored; the store accepts at most 10',
     );
-    expect(() => encodePayload('x'.repeat(100), 50)).toThrow(IdempotencyPayloadError);
+  });
+});
+
+describe('HTTP responses', () => {
+  it('round-trip status, headers and the body bytes exactly', () => {
+    const response = {
+      status: 201,
+      headers: { 'content-type': 'application/octet-stream', etag: 'W/"1"' },
+      body: Buffer.from([0, 10, 13, 255, 104, 10]),
+    };
+    const decoded = decodeHttpResponse(encodeHttpResponse(response));
+    expect(decoded.status).toBe(201);
+    expect(decoded.headers).toEqual(response.headers);
+    expect(decoded.body.equals(response.body)).toBe(true);
   });
 
-  it('counts bytes, not characters', () => {
-    // 'é' is 2 bytes in UTF-8: 10 of them plus the wrapper is 28 bytes.
-    expect(() => encodePayload('é'.repeat(10), 28)).not.toThrow();
-    expect(() => encodePayload('é'.repeat(10), 27)).toThrow(IdempotencyPayloadError);
+  it('reads a record 0.1 stored (its jsonb payload as text), as the migration leaves it', () => {
+    const legacy = Buffer.from(
+      JSON.stringify({
+        v: {
+          kind: 'http',
+          status: 201,
+          headers: { 'content-type': 'application/json; charset=utf-8' },
+          bodyJson: '{"v":{"z":1,"a":2}}',
+        },
+      }),
+    );
+    const decoded = decodeHttpResponse(legacy);
+    expect(decoded.status).toBe(201);
+    expect(decoded.body.toString()).toBe('{"z":1,"a":2}');
+    expect(decodeValue(Buffer.from('{"v": {"kind": "rpc", "value": {"ok": true}}}'))).toEqual({ ok: true });
+    expect(decodeValue(Buffer.from('{}'))).toBeUndefined();
+  });
+
+  it('describes payloads for operators: a value, or an HTTP response with a text or base64 body', () => {
+    expect(describePayload(encodeValue({ a: 1 }))).toEqual({ kind: 'value', value: { a: 1 } });
+    expect(
+      describePayload(encodeHttpResponse({ status: 200, headers: {}, body: Buffer.from('{"a":1}') })),
+    ).toMatchObject({ kind: 'http', status: 200, body: '{"a":1}', bodyEncoding: 'utf8' });
+    expect(
+      describePayload(encodeHttpResponse({ status: 200, headers: {}, body: Buffer.from([0xff]) })),
+    ).toMatchObject({ body: '/w==', bodyEncoding: 'base64' });
   });
 });

@@ -5,7 +5,19 @@
  */
 export class WaiterRegistry {
   private readonly tickets = new Map<string, Set<WaitTicket>>();
+  private readonly waitListeners = new Set<(scope: string) => void>();
   private count = 0;
+
+  /** Subscribes to "a duplicate starts waiting" (see `IdempotencyStore.onWait`); returns the unsubscribe. */
+  onWait(listener: (scope: string) => void): () => void {
+    this.waitListeners.add(listener);
+    return () => this.waitListeners.delete(listener);
+  }
+
+  /** Called by the wait loop right before a ticket waits. */
+  waiting(scope: string): void {
+    for (const listener of this.waitListeners) listener(scope);
+  }
 
   register(id: string): WaitTicket {
     const ticket = new WaitTicket(() => this.remove(id, ticket));

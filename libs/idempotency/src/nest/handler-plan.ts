@@ -1,30 +1,12 @@
 import { StreamableFile } from '@nestjs/common';
-import {
-  HEADERS_METADATA,
-  METHOD_METADATA,
-  PATH_METADATA,
-  RESPONSE_PASSTHROUGH_METADATA,
-  ROUTE_ARGS_METADATA,
-  SSE_METADATA,
-} from '@nestjs/common/constants';
-import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum';
-import { RequestMethod } from '@nestjs/common';
-import { parseDuration } from '../core/duration';
 import { IdempotencyConfigError } from '../core/errors';
-import { hasControlCharacters } from '../core/key';
-import { IdempotentOptions, IDEMPOTENT_METADATA, KeySource } from './idempotent.decorator';
-import {
-  BUILT_IN_DEFAULTS,
-  DEFAULT_REPLAY_HEADERS,
-  IdempotencyModuleOptions,
-  NEVER_STORED_HEADERS,
-} from './idempotency.options';
+import { compilePolicy, ExecutionPolicy } from '../core/policy';
+import type { IdempotencyRmqOptions } from './idempotency.options';
+import { DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS } from './idempotency.options';
+import type { IdempotentOptions, KeySource } from './idempotent.decorator';
 import { CompiledKeyExpression, compileKeyExpression } from './key-expression';
-
-const PATTERN_METADATA = 'microservices:pattern';
-const PATTERN_HANDLER_METADATA = 'microservices:handler_type';
-/** `@nestjs/microservices` PatternHandler.EVENT */
-const EVENT_HANDLER = 2;
+import { compileRmq, ModuleSettings } from './module-settings';
+import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from './nest-metadata';
 
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
 export const RPC_ROOTS = ['data', 'message'] as const;
@@ -34,101 +16,94 @@ export type KeyResolver =
   | { kind: 'expression'; expression: CompiledKeyExpression }
   | { kind: 'function'; fn: (source: KeySource) => string | number | undefined };
 
+export type Transport = 'http' | 'rpc';
+
 /** Everything the interceptor needs for one handler, resolved and validated at bootstrap. */
 export interface HandlerPlan {
+  /** `Class.method`, for messages. */
   where: string;
-  transport: 'http' | 'rpc';
-  scope: string;
-  leaseMs: number;
-  waitTimeoutMs: number;
-  ttlMs: number;
+  transport: Transport;
+  /** The scope and durations, parsed once. */
+  policy: ExecutionPolicy;
   required: boolean;
   key: KeyResolver;
   fingerprint: false | 'default' | ((source: KeySource) => string | undefined);
-  /** HTTP: `METHOD /route/path` for the fingerprint. */
-  route?: string;
   /** HTTP: lower-cased response headers stored and replayed. */
   replayHeaders?: Set<string>;
   /** RPC: an @EventPattern (no reply) rather than a @MessagePattern. */
   isEvent?: boolean;
+  /** RPC: the RabbitMQ settlement rules for this handler. */
+  rmq?: Required<IdempotencyRmqOptions>;
 }
 
-/** Reads the method's and its class's `@Idempotent` options; undefined when neither has one. */
-export function readIdempotentOptions(
-  target: object,
-  handler: object,
+/** Which transport a method serves, or undefined when it is not a route or message handler. */
+export function transportOf(handler: object): Transport | undefined {
+  if (Reflect.hasMetadata(NEST_METADATA.pattern, handler)) return 'rpc';
+  if (Reflect.hasMetadata(NEST_METADATA.path, handler)) return 'http';
+  return undefined;
+}
+
+/** The one precedence rule: method options over class options (field by field), then module defaults. */
+export function mergeOptions(
+  onClass: IdempotentOptions | undefined,
+  onMethod: IdempotentOptions | undefined,
 ): IdempotentOptions | undefined {
-  const onMethod = Reflect.getMetadata(IDEMPOTENT_METADATA, handler) as
-    IdempotentOptions | undefined;
-  const onClass = Reflect.getMetadata(IDEMPOTENT_METADATA, target) as IdempotentOptions | undefined;
-  if (!onMethod && !onClass) return undefined;
-  return mergeDefined(onClass ?? {}, onMethod ?? {});
-}
-
-/** True when the method is a route handler or a message/event handler. */
-export function isHandler(handler: object): boolean {
-  return (
-    Reflect.hasMetadata(PATH_METADATA, handler) || Reflect.hasMetadata(PATTERN_METADATA, handler)
-  );
+  if (!onClass && !onMethod) return undefined;
+  return { ...definedOnly(onClass ?? {}), ...definedOnly(onMethod ?? {}) };
 }
 
 /**
  * Resolves one handler's plan with the precedence method → class → module
- * defaults → built-in defaults, and refuses anything that would go wrong per request.
+ * defaults → built-in defaults, and refuses anything that would go wrong per
+ * request, naming `Class.method`.
  */
 export function compileHandlerPlan(
   classRef: { name: string; prototype: object },
   methodName: string,
+  transport: Transport,
   options: IdempotentOptions,
-  moduleOptions: IdempotencyModuleOptions,
+  settings: ModuleSettings,
 ): HandlerPlan {
   const where = `${classRef.name}.${methodName}`;
   const handler = (classRef.prototype as Record<string, object>)[methodName];
-  const transport: 'http' | 'rpc' = Reflect.hasMetadata(PATTERN_METADATA, handler) ? 'rpc' : 'http';
-  const defaults = { ...BUILT_IN_DEFAULTS, ...definedOnly(moduleOptions.defaults ?? {}) };
-  const lease = options.lease ?? defaults.lease;
-  const waitTimeout = options.waitTimeout ?? defaults.waitTimeout;
-  const ttl = options.ttl ?? defaults.ttl;
-  const leaseMs = parseDuration(lease, 'lease', { allowZero: false }, where);
-  const waitTimeoutMs = parseDuration(waitTimeout, 'waitTimeout', { allowZero: true }, where);
-  const ttlMs = parseDuration(ttl, 'ttl', { allowZero: false }, where);
-
-  if (
-    options.scope !== undefined &&
-    (typeof options.scope !== 'string' ||
-      options.scope.length === 0 ||
-      hasControlCharacters(options.scope))
-  ) {
-    throw new IdempotencyConfigError(
-      `${where}: option "scope" must be a non-empty string without control characters`,
-    );
+  if (options.scope !== undefined && typeof options.scope !== 'string') {
+    throw new IdempotencyConfigError(`${where}: option "scope" must be a non-empty string`);
   }
+  const policy = compilePolicy(
+    {
+      scope: options.scope ?? where,
+      lease: options.lease ?? settings.defaults.lease,
+      waitTimeout: options.waitTimeout ?? settings.defaults.waitTimeout,
+      ttl: options.ttl ?? settings.defaults.ttl,
+      maxKeyLength: settings.maxKeyLength,
+    },
+    where,
+  );
   const plan: HandlerPlan = {
     where,
     transport,
-    scope: options.scope ?? where,
-    leaseMs,
-    waitTimeoutMs,
-    ttlMs,
-    required:
-      options.required ?? (transport === 'http' ? (moduleOptions.http?.required ?? true) : true),
+    policy,
+    required: options.required ?? (transport === 'http' ? settings.required : true),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, transport, where),
   };
 
   if (transport === 'http') {
     refuseStreamingHandler(classRef, methodName, handler, where);
-    plan.route = routeOf(classRef, handler);
     const custom = (
-      (Reflect.getMetadata(HEADERS_METADATA, handler) ?? []) as { name: string }[]
+      (Reflect.getMetadata(NEST_METADATA.headers, handler) ?? []) as { name: string }[]
     ).map((h) => h.name);
     plan.replayHeaders = new Set(
-      [...DEFAULT_REPLAY_HEADERS, ...(moduleOptions.http?.replayHeaders ?? []), ...custom]
+      [...DEFAULT_REPLAY_HEADERS, ...settings.replayHeaders, ...custom]
         .map((h) => h.toLowerCase())
         .filter((h) => !NEVER_STORED_HEADERS.includes(h)),
     );
+    if (options.rmq !== undefined) {
+      throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
+    }
   } else {
-    plan.isEvent = Reflect.getMetadata(PATTERN_HANDLER_METADATA, handler) === EVENT_HANDLER;
+    plan.isEvent = Reflect.getMetadata(NEST_METADATA.patternHandler, handler) === EVENT_HANDLER;
+    plan.rmq = compileRmq(options.rmq, `${where}: option "rmq`, settings.rmq);
     if (plan.key.kind === 'header') {
       throw new IdempotencyConfigError(
         `${where}: option "key" is required on a message handler, e.g. 'data.orderId', 'message.key' or 'message.properties.messageId'`,
@@ -138,11 +113,7 @@ export function compileHandlerPlan(
   return plan;
 }
 
-function compileKey(
-  key: IdempotentOptions['key'],
-  transport: 'http' | 'rpc',
-  where: string,
-): KeyResolver {
+function compileKey(key: IdempotentOptions['key'], transport: Transport, where: string): KeyResolver {
   if (key === undefined) return { kind: 'header' };
   if (typeof key === 'function') return { kind: 'function', fn: key };
   if (typeof key === 'string') {
@@ -158,7 +129,7 @@ function compileKey(
 
 function compileFingerprint(
   option: IdempotentOptions['fingerprint'],
-  transport: 'http' | 'rpc',
+  transport: Transport,
   where: string,
 ): HandlerPlan['fingerprint'] {
   if (option === undefined) return transport === 'http' ? 'default' : false;
@@ -176,22 +147,20 @@ function refuseStreamingHandler(
   handler: object,
   where: string,
 ): void {
-  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, classRef, methodName) ?? {}) as Record<
-    string,
-    unknown
-  >;
+  const args = (Reflect.getMetadata(NEST_METADATA.routeArguments, classRef, methodName) ??
+    {}) as Record<string, unknown>;
   const takesResponse = Object.keys(args).some((k) => {
     const type = Number(k.split(':')[0]);
-    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+    return type === ROUTE_PARAM.response || type === ROUTE_PARAM.next;
   });
   const passthrough =
-    Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, classRef, methodName) === true;
+    Reflect.getMetadata(NEST_METADATA.responsePassthrough, classRef, methodName) === true;
   if (takesResponse && !passthrough) {
     throw new IdempotencyConfigError(
       `${where}: @Idempotent cannot record a handler that writes the response itself (@Res() without passthrough); use @Res({ passthrough: true }) and return the body`,
     );
   }
-  if (Reflect.getMetadata(SSE_METADATA, handler)) {
+  if (Reflect.getMetadata(NEST_METADATA.sse, handler)) {
     throw new IdempotencyConfigError(
       `${where}: @Idempotent cannot record a server-sent event stream (@Sse)`,
     );
@@ -204,21 +173,6 @@ function refuseStreamingHandler(
   }
 }
 
-function routeOf(classRef: object, handler: object): string {
-  const base = ([] as string[]).concat(Reflect.getMetadata(PATH_METADATA, classRef) ?? '')[0] ?? '';
-  const path = ([] as string[]).concat(Reflect.getMetadata(PATH_METADATA, handler) ?? '')[0] ?? '';
-  const method = RequestMethod[Reflect.getMetadata(METHOD_METADATA, handler) as number] ?? 'GET';
-  const joined = `/${[base, path]
-    .map((p) => p.replace(/^\/+|\/+$/g, ''))
-    .filter(Boolean)
-    .join('/')}`;
-  return `${method} ${joined}`;
-}
-
 function definedOnly<T extends object>(value: T): Partial<T> {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
-}
-
-function mergeDefined<T extends object>(base: T, override: T): T {
-  return { ...base, ...definedOnly(override) };
 }

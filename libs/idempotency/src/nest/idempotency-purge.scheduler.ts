@@ -6,12 +6,9 @@ import {
   OnApplicationShutdown,
 } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
-import { parseDuration } from '../core/duration';
-import { IdempotencyConfigError } from '../core/errors';
-import { IdempotencyStore } from '../core/store';
-import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
 import { DEFAULT_PURGE } from './idempotency.options';
-import type { IdempotencyModuleOptions } from './idempotency.options';
+import type { ModuleSettings } from './module-settings';
+import { MODULE_SETTINGS } from './module-settings.provider';
 
 export interface PurgeRun {
   purged: number;
@@ -33,24 +30,10 @@ export class IdempotencyPurgeScheduler implements OnApplicationBootstrap, OnAppl
   private running?: Promise<PurgeRun>;
   private stopped = false;
 
-  constructor(
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: IdempotencyModuleOptions,
-    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
-  ) {
-    if (options.purge === false) return;
-    const purge = { ...DEFAULT_PURGE, ...options.purge };
-    this.intervalMs = parseDuration(
-      purge.interval,
-      'purge.interval',
-      { allowZero: false },
-      'IdempotencyModule',
-    );
-    if (!Number.isInteger(purge.batchSize) || purge.batchSize < 1) {
-      throw new IdempotencyConfigError(
-        `IdempotencyModule: option "purge.batchSize" must be a positive integer, got ${String(purge.batchSize)}`,
-      );
-    }
-    this.batchSize = purge.batchSize;
+  constructor(@Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings) {
+    if (settings.purge === false) return;
+    this.intervalMs = settings.purge.intervalMs;
+    this.batchSize = settings.purge.batchSize;
   }
 
   get enabled(): boolean {
@@ -79,7 +62,7 @@ export class IdempotencyPurgeScheduler implements OnApplicationBootstrap, OnAppl
     const run: PurgeRun = { purged: 0, batches: 0 };
     try {
       while (!this.stopped) {
-        const purged = await this.store.purgeExpired({ limit: this.batchSize });
+        const purged = await this.settings.store.purgeExpired({ limit: this.batchSize });
         run.purged += purged;
         run.batches++;
         if (purged < this.batchSize) break;

@@ -1,75 +1,147 @@
 import { Inject, Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner } from '@nestjs/core';
-import { IdempotencyStore } from '../core/store';
-import { compileHandlerPlan, HandlerPlan, isHandler, readIdempotentOptions } from './handler-plan';
-import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
-import type { IdempotencyModuleOptions } from './idempotency.options';
+import { DiscoveryService, MetadataScanner, ModulesContainer, Reflector } from '@nestjs/core';
+import { IdempotencyConfigError } from '../core/errors';
+import { compileHandlerPlan, HandlerPlan, mergeOptions, transportOf } from './handler-plan';
+import { IdempotentMetadata } from './idempotent.metadata';
+import { MODULE_SETTINGS } from './module-settings.provider';
+import type { ModuleSettings } from './module-settings';
+import { NEST_METADATA } from './nest-metadata';
+
+type ClassRef = { name: string; prototype: object };
 
 /**
- * At bootstrap: finds every `@Idempotent` handler, compiles its plan (so a bad
- * duration or key expression fails the application's start, naming
- * `Class.method`), and prepares the store.
+ * At bootstrap: finds every `@Idempotent` handler and compiles its plan, so a
+ * bad duration, key expression or placement fails the application's start,
+ * naming `Class.method`; then prepares the store.
+ *
+ * Refused at bootstrap: the module configured twice, `@Idempotent` on
+ * anything that is not a controller's route or message handler (a service, a
+ * WebSocket gateway, a resolver), and two handlers sharing one scope.
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown {
   /** Per controller class, then per handler function: one function may serve several controllers. */
-  private readonly plans = new Map<object, Map<object, HandlerPlan | null>>();
+  private readonly plans = new Map<object, Map<object, HandlerPlan>>();
+  private hasMessageHandlers = false;
 
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
-    @Inject(IdempotencyStore) private readonly store: IdempotencyStore,
+    private readonly reflector: Reflector,
+    private readonly modules: ModulesContainer,
+    @Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings,
   ) {}
 
   async onModuleInit(): Promise<void> {
+    this.refuseSecondModule();
+    const scopes = new Map<string, string>();
     for (const wrapper of this.discovery.getControllers()) {
-      const instance = wrapper.instance as object | undefined;
-      const classRef = wrapper.metatype as { name: string; prototype: object } | undefined;
-      if (!instance || !classRef) continue;
-      for (const methodName of this.scanner.getAllMethodNames(Object.getPrototypeOf(instance))) {
-        this.planFor(classRef, methodName);
+      const classRef = wrapper.metatype as ClassRef | undefined;
+      if (!classRef || !wrapper.instance) continue;
+      for (const plan of this.compileController(classRef)) {
+        const other = scopes.get(plan.policy.scope);
+        if (other !== undefined) {
+          throw new IdempotencyConfigError(
+            `${other} and ${plan.where} would share the idempotency scope "${plan.policy.scope}", so one could replay the other's response; give each its own: @Idempotent({ scope: '…' })${other === plan.where ? ` (two controllers are named ${classRef.name}${describeRoute(classRef)})` : ''}`,
+          );
+        }
+        scopes.set(plan.policy.scope, plan.where);
       }
     }
-    await this.store.init?.();
+    for (const wrapper of this.discovery.getProviders()) {
+      const classRef = wrapper.metatype as ClassRef | undefined;
+      if (typeof classRef === 'function' && wrapper.instance) this.refuseProvider(classRef);
+    }
+    await this.settings.store.init?.();
   }
 
   async onApplicationShutdown(): Promise<void> {
-    await this.store.close?.();
+    await this.settings.store.close?.();
   }
 
-  /** The plan for a handler, compiled on first sight if bootstrap did not see it. */
-  planFor(classRef: ClassRef, methodName: string): HandlerPlan | null {
-    const handler = (classRef.prototype as Record<string, object>)[methodName];
-    const plans = this.plansOf(classRef);
-    if (plans.has(handler)) return plans.get(handler)!;
-    const decorated = isHandler(handler) ? readIdempotentOptions(classRef, handler) : undefined;
-    const plan = decorated
-      ? compileHandlerPlan(classRef, methodName, decorated, this.options)
-      : null;
-    plans.set(handler, plan);
-    return plan;
+  /** True when some `@Idempotent` handler is a message handler (loads `@nestjs/microservices`). */
+  get messageHandlers(): boolean {
+    return this.hasMessageHandlers;
   }
 
-  /**
-   * The plan for the function Nest calls (`context.getHandler()`), found by
-   * identity rather than by its name, which a wrapping method decorator may change.
-   */
-  planForHandler(classRef: ClassRef, handler: object): HandlerPlan | null {
-    const known = this.plansOf(classRef).get(handler);
-    if (known !== undefined) return known;
-    const prototype = classRef.prototype as Record<string, unknown>;
-    const methodName = this.scanner
-      .getAllMethodNames(prototype)
-      .find((name) => prototype[name] === handler);
-    return methodName === undefined ? null : this.planFor(classRef, methodName);
+  /** The plan for the function Nest calls (`context.getHandler()`) on this controller, if it has one. */
+  planFor(classRef: object, handler: object): HandlerPlan | undefined {
+    return this.plans.get(classRef)?.get(handler);
   }
 
-  private plansOf(classRef: ClassRef): Map<object, HandlerPlan | null> {
-    let plans = this.plans.get(classRef);
-    if (!plans) this.plans.set(classRef, (plans = new Map()));
-    return plans;
+  private compileController(classRef: ClassRef): HandlerPlan[] {
+    const onClass = this.reflector.get(IdempotentMetadata, classRef as never);
+    const out: HandlerPlan[] = [];
+    for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
+      const handler = (classRef.prototype as Record<string, object>)[methodName];
+      const onMethod = this.reflector.get(IdempotentMetadata, handler as never);
+      const transport = transportOf(handler);
+      if (transport === undefined) {
+        if (onMethod) {
+          throw new IdempotencyConfigError(
+            `${classRef.name}.${methodName}: @Idempotent is on a method that is not a route or message handler, so nothing would protect it; put it on the @Post()/@MessagePattern() handler, or use IdempotencyEngine in plain code`,
+          );
+        }
+        continue;
+      }
+      const options = mergeOptions(onClass, onMethod);
+      if (!options) continue;
+      const plan = compileHandlerPlan(classRef, methodName, transport, options, this.settings);
+      if (transport === 'rpc') this.hasMessageHandlers = true;
+      let plans = this.plans.get(classRef);
+      if (!plans) this.plans.set(classRef, (plans = new Map()));
+      plans.set(handler, plan);
+      out.push(plan);
+    }
+    return out;
+  }
+
+  /** A provider (service, gateway, resolver) is never intercepted: `@Idempotent` there would be ignored. */
+  private refuseProvider(classRef: ClassRef): void {
+    const kind = describeProvider(classRef);
+    if (this.reflector.get(IdempotentMetadata, classRef as never)) {
+      throw new IdempotencyConfigError(
+        `${classRef.name}: @Idempotent is on ${kind}, which Nest does not intercept, so nothing would protect its methods; put it on a controller's route or message handlers, or use IdempotencyEngine in the service`,
+      );
+    }
+    for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
+      const handler = (classRef.prototype as Record<string, object>)[methodName];
+      if (this.reflector.get(IdempotentMetadata, handler as never)) {
+        throw new IdempotencyConfigError(
+          `${classRef.name}.${methodName}: @Idempotent is on a method of ${kind}, which Nest does not intercept, so nothing would protect it; put it on a controller's route or message handler, or use IdempotencyEngine in the service`,
+        );
+      }
+    }
+  }
+
+  /** Two instances of this module (two `forRoot`s) would run every handler's check twice and deadlock it. */
+  private refuseSecondModule(): void {
+    const explorers = this.discovery
+      .getProviders()
+      .filter((wrapper) => wrapper.metatype === IdempotencyExplorer && wrapper.instance);
+    if (explorers.length <= 1 || explorers[0].instance !== this) return;
+    const hosts = new Set(explorers.map((wrapper) => wrapper.host));
+    const importers: string[] = [];
+    for (const module of this.modules.values()) {
+      for (const imported of module.imports) {
+        if (hosts.has(imported)) importers.push(module.metatype?.name ?? 'a module');
+      }
+    }
+    throw new IdempotencyConfigError(
+      `IdempotencyModule.forRoot/forRootAsync is configured ${explorers.length} times (imported by ${importers.join(', ') || 'several modules'}); configure it once, in the root module: it is global, so every module's handlers use it`,
+    );
   }
 }
 
-type ClassRef = { name: string; prototype: object };
+function describeProvider(classRef: ClassRef): string {
+  if (Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef)) return 'a WebSocket gateway';
+  if (Reflect.hasMetadata(NEST_METADATA.graphqlResolver, classRef)) return 'a GraphQL resolver';
+  return 'a provider (a service)';
+}
+
+function describeRoute(classRef: ClassRef): string {
+  const path = Reflect.getMetadata(NEST_METADATA.path, classRef) as string | string[] | undefined;
+  const version = Reflect.getMetadata(NEST_METADATA.version, classRef) as unknown;
+  const parts = [path === undefined ? undefined : `path ${JSON.stringify(path)}`, version === undefined ? undefined : `version ${JSON.stringify(version)}`].filter(Boolean);
+  return parts.length > 0 ? `, with ${parts.join(' and ')}` : '';
+}

@@ -8,8 +8,7 @@ export const {
   ASYNC_OPTIONS_TYPE: IDEMPOTENCY_ASYNC_OPTIONS_TYPE,
 } = new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ moduleName: 'Idempotency' })
   .setClassMethodName('forRoot')
-  .setExtras({ isGlobal: false }, (definition, extras) => ({
-    ...definition,
-    global: extras.isGlobal,
-  }))
+  // Always global: the interceptor that @Idempotent applies resolves its
+  // dependencies in the handler's own module, whichever that is.
+  .setExtras({}, (definition) => ({ ...definition, global: true }))
   .build();

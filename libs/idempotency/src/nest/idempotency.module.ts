@@ -1,55 +1,73 @@
 import { Inject, Logger, Module } from '@nestjs/common';
-import { APP_FILTER, APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
+import { DiscoveryModule, HttpAdapterHost } from '@nestjs/core';
 import { IdempotencyEngine } from '../core/engine';
-import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
 import { IdempotencyStore } from '../core/store';
 import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
+import { HttpIdempotency } from './http/http-adapter';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
-import { IdempotencyInterceptor } from './idempotency.interceptor';
 import {
   ConfigurableIdempotencyModule,
   IDEMPOTENCY_MODULE_OPTIONS,
 } from './idempotency.module-definition';
 import { IdempotencyModuleOptions } from './idempotency.options';
-import { IdempotencyProblemFilter } from './http/problem';
-import { validateModuleOptions } from './validate-module-options';
+import { compileModuleSettings, ModuleSettings } from './module-settings';
+import { MODULE_SETTINGS } from './module-settings.provider';
+import { MessageIdempotency } from './rpc/message-adapter';
 
 /**
- * `IdempotencyModule.forRoot({ store, ... })` or `forRootAsync({ useFactory, inject })`.
- * Registers the interceptor and the problem+json filter globally; handlers opt in with `@Idempotent()`.
+ * `IdempotencyModule.forRoot({ store, ... })` or `forRootAsync({ useFactory, inject })`,
+ * once, in the root module (it is global). Handlers opt in with `@Idempotent()`,
+ * which brings its own interceptor.
  */
 @Module({
   imports: [DiscoveryModule],
   providers: [
     {
-      provide: IdempotencyStore,
+      provide: MODULE_SETTINGS,
       inject: [IDEMPOTENCY_MODULE_OPTIONS],
-      useFactory: (options: IdempotencyModuleOptions) => validateModuleOptions(options).store,
+      useFactory: (options: IdempotencyModuleOptions) => compileModuleSettings(options),
+    },
+    {
+      provide: IdempotencyStore,
+      inject: [MODULE_SETTINGS],
+      useFactory: (settings: ModuleSettings) => settings.store,
     },
     {
       provide: IdempotencyEngine,
-      inject: [IdempotencyStore, IDEMPOTENCY_MODULE_OPTIONS],
-      useFactory: (store: IdempotencyStore, options: IdempotencyModuleOptions) =>
+      inject: [MODULE_SETTINGS],
+      useFactory: (settings: ModuleSettings) =>
         new IdempotencyEngine(
-          options.cache ? new ReplayCachingStore(store, options.cache) : store,
-          {
-            logger: options.logger ?? new Logger('Idempotency'),
-            maxKeyLength: options.http?.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH,
-          },
+          settings.options.cache
+            ? new ReplayCachingStore(settings.store, settings.options.cache)
+            : settings.store,
+          { logger: settings.options.logger ?? new Logger('Idempotency') },
         ),
     },
+    {
+      provide: HttpIdempotency,
+      inject: [IdempotencyEngine, MODULE_SETTINGS, HttpAdapterHost],
+      useFactory: (engine: IdempotencyEngine, settings: ModuleSettings, host: HttpAdapterHost) =>
+        new HttpIdempotency(engine, settings, host, settings.options.logger ?? new Logger('Idempotency')),
+    },
+    {
+      provide: MessageIdempotency,
+      inject: [IdempotencyEngine, MODULE_SETTINGS],
+      useFactory: (engine: IdempotencyEngine, settings: ModuleSettings) =>
+        new MessageIdempotency(engine, settings, settings.options.logger ?? new Logger('Idempotency')),
+    },
     IdempotencyExplorer,
-    IdempotencyInterceptor,
     IdempotencyPurgeScheduler,
-    { provide: APP_INTERCEPTOR, useExisting: IdempotencyInterceptor },
-    { provide: APP_FILTER, useClass: IdempotencyProblemFilter },
   ],
   exports: [
     IdempotencyStore,
     IdempotencyEngine,
+    IdempotencyExplorer,
+    HttpIdempotency,
+    MessageIdempotency,
     IdempotencyPurgeScheduler,
     IDEMPOTENCY_MODULE_OPTIONS,
+    MODULE_SETTINGS,
   ],
 })
 export class IdempotencyModule extends ConfigurableIdempotencyModule {}

@@ -4,7 +4,11 @@ import type { IdempotencyLogger } from '../core/logger';
 import type { IdempotencyStore } from '../core/store';
 import type { ReplayCacheOptions } from '../stores/cache/replay-cache.store';
 
-/** What an HTTP replay needs: stored after the sanitizer ran, never with Set-Cookie or Authorization. */
+/**
+ * What `sanitize` is shown for an HTTP response before it is stored: a copy,
+ * never the response the first caller receives. `body` is the parsed JSON for
+ * a JSON response, otherwise the bytes as sent.
+ */
 export interface StoredHttpResponse {
   kind: 'http';
   status: number;
@@ -12,7 +16,7 @@ export interface StoredHttpResponse {
   body: unknown;
 }
 
-/** What a message-handler replay needs: the handler's return value. */
+/** What `sanitize` is shown for a message handler's result: a copy of the returned value, as JSON. */
 export interface StoredRpcResult {
   kind: 'rpc';
   value: unknown;
@@ -25,7 +29,7 @@ export interface IdempotencyDefaults {
   lease?: Duration;
   /** How long a duplicate blocks, inside the store, for the holder's answer. Default `PT10S`. */
   waitTimeout?: Duration;
-  /** How long a completed result is replayed. Default `PT24H`. */
+  /** How long a completed result is replayed. Default `PT24H`; at most 100 years. */
   ttl?: Duration;
 }
 
@@ -34,7 +38,7 @@ export interface IdempotencyHttpOptions {
   keyHeader?: string;
   /** Reject requests without a key (400). Default true; false runs them without idempotency. */
   required?: boolean;
-  /** Longest key accepted (also for message keys). Default 255. */
+  /** Longest key accepted, in characters (also for message keys). Default 255. */
   maxKeyLength?: number;
   /** Largest request body accepted on an idempotent route (413 above). Default 1 MiB. */
   maxBodyBytes?: number;
@@ -42,11 +46,36 @@ export interface IdempotencyHttpOptions {
   replayHeaders?: string[];
 }
 
+/**
+ * What happens to a RabbitMQ delivery whose handler does not run. Only when
+ * the consumer acknowledges manually (`noAck: false`); with `noAck: true` the
+ * broker needs nothing and the library settles nothing.
+ *
+ * - `ack`: done with it (a replay: its twin already ran).
+ * - `requeue`: nack with requeue, after a delay (the twin's remaining lease,
+ *   at least 100 ms and at most `maxRequeueDelayMs`), so a redelivery is not a hot loop.
+ * - `dead-letter`: nack without requeue: the queue's dead-letter exchange gets
+ *   it, or, without one, RabbitMQ drops it.
+ */
+export type RmqSettlement = 'ack' | 'requeue' | 'dead-letter';
+
 export interface IdempotencyRmqOptions {
-  /** With `noAck: false`: nack (requeue) a message whose key is still in flight after the wait. Default false. */
-  nackOnInFlight?: boolean;
-  /** With `noAck: false`: ack a duplicate that was answered from the store (its handler, which would ack, does not run). Default false. */
-  ackOnReplay?: boolean;
+  /**
+   * The consumer's own `noAck`, as given to the RMQ transport. Default true,
+   * as Nest's. Set false where the consumer acks itself; per handler with
+   * `@Idempotent({ rmq })` when consumers differ.
+   */
+  noAck?: boolean;
+  /** A duplicate answered from the store. Default `ack`. */
+  replayed?: RmqSettlement;
+  /** A duplicate still in flight after the wait. Default `requeue`. */
+  inFlight?: RmqSettlement;
+  /** The store could not answer. Default `requeue`. */
+  unavailable?: RmqSettlement;
+  /** A delivery that can never succeed as sent: no key, an invalid key, a reused key. Default `dead-letter`. */
+  rejected?: RmqSettlement;
+  /** Longest delay before a requeue. Default 1000 ms. */
+  maxRequeueDelayMs?: number;
 }
 
 export interface IdempotencyPurgeOptions {
@@ -57,16 +86,17 @@ export interface IdempotencyPurgeOptions {
 }
 
 export interface IdempotencyModuleOptions {
-  /** Where records live. Required: there is no in-memory fallback. */
+  /** Where records live. Required: there is no implicit fallback. */
   store: IdempotencyStore;
   defaults?: IdempotencyDefaults;
   http?: IdempotencyHttpOptions;
   /**
    * The principal a request acts for. When it returns a string, that string is
-   * part of the record's identity: one client's key never replays another's response.
+   * part of the record's identity: one client's key never replays another's
+   * response. It is never logged.
    */
   tenant?: (context: ExecutionContext) => string | undefined;
-  /** Applied to every result before it is stored (and so to every replay). */
+  /** Applied to a copy of every result before it is stored (and so to every replay). */
   sanitize?: (result: StoredResult) => StoredResult;
   rmq?: IdempotencyRmqOptions;
   /**
@@ -83,10 +113,17 @@ export interface IdempotencyModuleOptions {
   logger?: IdempotencyLogger;
 }
 
-export const BUILT_IN_DEFAULTS = { lease: 'PT30S', waitTimeout: 'PT10S', ttl: 'PT24H' } as const;
 export const DEFAULT_PURGE = { interval: 'PT1H', batchSize: 1000 } as const;
 export const DEFAULT_KEY_HEADER = 'Idempotency-Key';
 export const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 export const DEFAULT_REPLAY_HEADERS = ['content-type', 'location', 'etag'];
 /** Never stored, whatever the allowlist says. */
 export const NEVER_STORED_HEADERS = ['set-cookie', 'authorization', 'proxy-authorization'];
+export const DEFAULT_RMQ = {
+  noAck: true,
+  replayed: 'ack',
+  inFlight: 'requeue',
+  unavailable: 'requeue',
+  rejected: 'dead-letter',
+  maxRequeueDelayMs: 1000,
+} as const satisfies Required<IdempotencyRmqOptions>;

@@ -1,8 +1,9 @@
-import { SetMetadata } from '@nestjs/common';
+import { applyDecorators, UseInterceptors } from '@nestjs/common';
 import type { ExecutionContext } from '@nestjs/common';
 import type { Duration } from '../core/duration';
-
-export const IDEMPOTENT_METADATA = 'nest-idempotency:idempotent';
+import { IdempotencyInterceptor } from './idempotency.interceptor';
+import type { IdempotencyRmqOptions } from './idempotency.options';
+import { IdempotentMetadata } from './idempotent.metadata';
 
 /** The read-only view a key function (or expression) sees for an HTTP request. */
 export interface HttpKeySource {
@@ -20,7 +21,10 @@ export interface RpcKeySource {
   type: 'rpc';
   /** The payload, before pipes run. */
   data: unknown;
-  /** The transport's message: Kafka key/headers/topic/partition/offset, RabbitMQ properties/headers/fields. */
+  /**
+   * The transport's message: Kafka key/headers/topic/partition/offset (bytes
+   * as lossless strings, see docs/messages.md), RabbitMQ properties/headers/fields.
+   */
   message: Record<string, unknown>;
   context: ExecutionContext;
 }
@@ -35,20 +39,29 @@ export interface IdempotentOptions {
    * HTTP default: the `Idempotency-Key` header.
    */
   key?: string | ((source: KeySource) => string | number | undefined);
-  /** Record namespace. Default `ClassName.methodName`. */
+  /** Record namespace. Default `ClassName.methodName` (refused at bootstrap if two handlers would share it). */
   scope?: string;
   lease?: Duration;
   waitTimeout?: Duration;
   ttl?: Duration;
-  /** HTTP default true: SHA-256 of method, route and canonical JSON body. `false`, or your own function. */
+  /**
+   * HTTP default true: SHA-256 of the method, the concrete path, the canonical
+   * query and the body. `false`, or your own function.
+   */
   fingerprint?: boolean | ((source: KeySource) => string | undefined);
   /** Whether a missing key is an error (default) or runs the handler without idempotency. */
   required?: boolean;
+  /** RabbitMQ: this consumer's `noAck` and settlements, over the module's `rmq`. */
+  rmq?: IdempotencyRmqOptions;
 }
 
 /**
- * Runs the decorated handler (or every handler of the decorated class) once per key.
- * Options on a method override those on its class, which override the module's defaults.
+ * Runs the decorated handler (or every handler of the decorated class) once
+ * per key: an HTTP route or a message handler (`@MessagePattern`,
+ * `@EventPattern`). Options on a method override those on its class, which
+ * override the module's defaults. The interceptor travels with the handler,
+ * so it applies however the application is assembled (a hybrid application's
+ * microservice included); anything else it is put on fails the bootstrap.
  */
 export const Idempotent = (options: IdempotentOptions = {}) =>
-  SetMetadata(IDEMPOTENT_METADATA, options);
+  applyDecorators(IdempotentMetadata(options), UseInterceptors(IdempotencyInterceptor));

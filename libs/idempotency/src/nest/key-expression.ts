@@ -1,10 +1,17 @@
 import { IdempotencyConfigError } from '../core/errors';
+import { keyFromBytes } from '../core/key';
 
 /**
  * Key expressions: a path such as `data.orderId`, `message.headers["x-id"]`,
  * `body.items[0].sku`, or a template with `{path}` parts such as
  * `order:{body.customerId}:{body.orderId}`. Parsed once at bootstrap; evaluated
  * by walking own properties only (no eval, no prototype access).
+ *
+ * A template's values are escaped so that different values never make the
+ * same key: `%` and every character of the template's own text are
+ * percent-encoded in each value (customer `1:2` with order `3` gives
+ * `order:1%3A2:3`, customer `1` with order `2:3` gives `order:1:2%3A3`).
+ * A single path is used as it is.
  */
 export type PathSegment = string | number;
 
@@ -86,6 +93,7 @@ export function compileKeyExpression(
     }
   }
   const single = parts.length === 1 && typeof parts[0] !== 'string';
+  const escape = single ? (value: string) => value : valueEscaper(parts);
   return {
     source,
     roots: paths.map((p) => String(p[0])),
@@ -99,9 +107,9 @@ export function compileKeyExpression(
         const value = walk(root, part);
         if (value === undefined || value === null) return undefined;
         if (typeof value === 'string' || typeof value === 'number' || typeof value === 'bigint') {
-          out += String(value);
-        } else if (Buffer.isBuffer(value)) {
-          out += value.toString('utf8');
+          out += escape(String(value));
+        } else if (value instanceof Uint8Array) {
+          out += escape(keyFromBytes(value));
         } else {
           return {
             invalid: `"${part.join('.')}" is ${Array.isArray(value) ? 'an array' : typeof value}, not a string or number`,
@@ -112,6 +120,23 @@ export function compileKeyExpression(
       return out;
     },
   };
+}
+
+/** Percent-encodes `%` and every character of the template's literal text in a value. */
+function valueEscaper(parts: (string | PathSegment[])[]): (value: string) => string {
+  const special = new Set(['%']);
+  for (const part of parts) if (typeof part === 'string') for (const ch of part) special.add(ch);
+  return (value) => {
+    let out = '';
+    for (const ch of value) {
+      out += special.has(ch) ? percent(ch) : ch;
+    }
+    return out;
+  };
+}
+
+function percent(ch: string): string {
+  return [...Buffer.from(ch, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join('');
 }
 
 function walk(root: unknown, path: PathSegment[]): unknown {

@@ -1,1 +1,4 @@
-export * from './store-contract';
+export * from './harness';
+export * from './scenarios';
+export * from './run-contract';
+export * from './describe-contract';

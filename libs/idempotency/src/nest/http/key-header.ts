@@ -1,5 +1,7 @@
 import { parseItem } from 'structured-headers';
 
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
+
 export type HeaderKey =
   { kind: 'absent' } | { kind: 'key'; key: string } | { kind: 'invalid'; reason: string };
 
@@ -27,6 +29,14 @@ export function readKeyHeader(
   if (values.length > 1)
     return { kind: 'invalid', reason: `header ${name} was sent ${values.length} times` };
   const value = values[0].trim();
+  // Node hands header bytes over as latin1; anything outside printable ASCII is
+  // not a key the draft allows (and UTF-8 sent anyway would arrive as mojibake).
+  if (!PRINTABLE_ASCII.test(value)) {
+    return {
+      kind: 'invalid',
+      reason: `header ${name} must be printable ASCII (a structured-field string, RFC 8941); encode other characters before sending`,
+    };
+  }
   if (!value.startsWith('"')) return { kind: 'key', key: value };
   try {
     const [item] = parseItem(value);

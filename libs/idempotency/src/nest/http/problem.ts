@@ -13,9 +13,12 @@ export interface ProblemDetails {
 }
 
 /**
- * How the interceptor refuses a request. The filter below writes it as
- * `application/problem+json`; other filters still see an `HttpException` with
- * the right status.
+ * How the interceptor refuses a request: an `HttpException` whose response is
+ * the problem document. Before throwing it the interceptor sets
+ * `Content-Type: application/problem+json` (and `Retry-After` where it
+ * applies) on the response, so Nest's own exception handling sends it as a
+ * problem document; your exception filters (a catch-all `@Catch()` included)
+ * see it like any other `HttpException` and may render it their own way.
  */
 export class IdempotencyHttpException extends HttpException {
   constructor(
@@ -30,6 +33,7 @@ const TITLES: Record<number, string> = {
   400: 'Bad Request',
   409: 'Conflict',
   413: 'Content Too Large',
+  415: 'Unsupported Media Type',
   422: 'Unprocessable Content',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
@@ -57,6 +61,11 @@ export function problem(
   return new IdempotencyHttpException(body, headers);
 }
 
+/**
+ * Optional: writes refusals as problem documents even where an application's
+ * own catch-all filter would render them otherwise. Not registered by the
+ * module; add it with `@UseFilters` or `APP_FILTER` if you want it.
+ */
 @Catch(IdempotencyHttpException)
 export class IdempotencyProblemFilter implements ExceptionFilter<IdempotencyHttpException> {
   constructor(private readonly adapterHost: HttpAdapterHost) {}

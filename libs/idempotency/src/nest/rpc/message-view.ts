@@ -1,41 +1,42 @@
 import type { ExecutionContext } from '@nestjs/common';
+import { keyFromBytes } from '../../core/key';
+import { microservices } from './microservices';
 
 /**
  * The `message` root of key expressions: a plain, read-only view of the
- * transport's message, with Kafka's Buffers decoded to strings.
+ * transport's message. Kafka's key and headers are bytes; they are given as
+ * strings without loss (UTF-8 text as it is, anything else as `hex:…`, see
+ * `keyFromBytes`), so two different keys never become one.
  */
 export function messageView(context: ExecutionContext): Record<string, unknown> {
-  const rpcContext = context.switchToRpc().getContext() as
-    { constructor?: { name?: string }; getArgs?: () => unknown[] } | undefined;
-  const args = rpcContext?.getArgs?.() ?? [];
-  switch (rpcContext?.constructor?.name) {
-    case 'KafkaContext': {
-      const [message, partition, topic] = args as [Record<string, unknown>, number, string];
-      return {
-        key: decode(message?.key),
-        headers: decodeHeaders(message?.headers),
-        topic,
-        partition,
-        offset: message?.offset,
-        timestamp: message?.timestamp,
-      };
-    }
-    case 'RmqContext': {
-      const [message] = args as [{ fields?: object; properties?: { headers?: object } }];
-      return {
-        properties: message?.properties ?? {},
-        headers: message?.properties?.headers ?? {},
-        fields: message?.fields ?? {},
-      };
-    }
-    default:
-      // Other transports (NATS, Redis, MQTT, TCP, gRPC): their context arguments, as they are.
-      return { args };
+  const rpcContext = context.switchToRpc().getContext() as unknown;
+  const { KafkaContext, RmqContext } = microservices();
+  if (rpcContext instanceof KafkaContext) {
+    const message = rpcContext.getMessage() as unknown as Record<string, unknown>;
+    return {
+      key: bytesAsText(message?.key),
+      headers: decodeHeaders(message?.headers),
+      topic: rpcContext.getTopic(),
+      partition: rpcContext.getPartition(),
+      offset: message?.offset,
+      timestamp: message?.timestamp,
+    };
   }
+  if (rpcContext instanceof RmqContext) {
+    const message = rpcContext.getMessage() as { fields?: object; properties?: { headers?: object } };
+    return {
+      properties: message?.properties ?? {},
+      headers: message?.properties?.headers ?? {},
+      fields: message?.fields ?? {},
+    };
+  }
+  // Other transports (NATS, Redis, MQTT, TCP, gRPC): their context arguments, as they are.
+  const args = (rpcContext as { getArgs?: () => unknown[] } | undefined)?.getArgs?.() ?? [];
+  return { args };
 }
 
-function decode(value: unknown): unknown {
-  return Buffer.isBuffer(value) ? value.toString('utf8') : value;
+function bytesAsText(value: unknown): unknown {
+  return value instanceof Uint8Array ? keyFromBytes(value) : value;
 }
 
 function decodeHeaders(headers: unknown): Record<string, unknown> {
@@ -43,33 +44,7 @@ function decodeHeaders(headers: unknown): Record<string, unknown> {
   return Object.fromEntries(
     Object.entries(headers).map(([name, value]) => [
       name,
-      Array.isArray(value) ? value.map(decode) : decode(value),
+      Array.isArray(value) ? value.map(bytesAsText) : bytesAsText(value),
     ]),
   );
-}
-
-/** The amqplib message and channel of a RabbitMQ context, for ack/nack. */
-export function rmqHandles(
-  context: ExecutionContext,
-): { ack(): void; nack(requeue: boolean): void } | undefined {
-  const rpcContext = context.switchToRpc().getContext() as {
-    constructor?: { name?: string };
-    getMessage?: () => unknown;
-    getChannelRef?: () => {
-      ack(m: unknown): void;
-      nack(m: unknown, allUpTo?: boolean, requeue?: boolean): void;
-    };
-  };
-  if (
-    rpcContext?.constructor?.name !== 'RmqContext' ||
-    !rpcContext.getChannelRef ||
-    !rpcContext.getMessage
-  )
-    return undefined;
-  const channel = rpcContext.getChannelRef();
-  const message = rpcContext.getMessage();
-  return {
-    ack: () => channel.ack(message),
-    nack: (requeue) => channel.nack(message, false, requeue),
-  };
 }

@@ -1,50 +1,79 @@
-import { KafkaRetriableException, RpcException } from '@nestjs/microservices';
 import { IdempotencyInFlightException } from '../../core/errors';
+import { microservices } from './microservices';
+
+/** A refusal as a message handler's caller (and Nest's RPC exception handling) sees it. */
+export interface IdempotencyRpcError extends Error {
+  readonly code: string;
+}
+
+export interface RpcExceptions {
+  /** The holder still runs: retriable (Kafka redelivers), and `instanceof IdempotencyInFlightException`. */
+  inFlight(retryAfterMs: number, scope: string, keyDigest: string): IdempotencyRpcError & { retryAfterMs: number };
+  /** The store could not answer: retriable. */
+  unavailable(retryAfterMs: number, message: string): IdempotencyRpcError & { retryAfterMs: number };
+  /** Can never succeed as sent (bad key, reused key): not retriable. */
+  rejected(code: string, message: string): IdempotencyRpcError;
+}
+
+let classes: RpcExceptions | undefined;
 
 /**
- * The in-flight answer for message handlers. A `KafkaRetriableException`
- * (an `RpcException`), so it passes Nest's RPC exception filter with its
- * identity and makes Kafka redeliver, for `@MessagePattern` too; and
- * `instanceof IdempotencyInFlightException` holds for it.
+ * The exception classes extend `@nestjs/microservices`' own
+ * (`KafkaRetriableException`, `RpcException`), so they are made the first time
+ * a message handler needs one rather than when the library loads.
  */
-export class IdempotencyInFlightRpcException extends KafkaRetriableException {
-  readonly status = 'in-flight';
-  readonly code = 'idempotency-in-flight';
+export function rpcExceptions(): RpcExceptions {
+  if (classes) return classes;
+  const { KafkaRetriableException, RpcException } = microservices();
 
-  constructor(
-    readonly retryAfterMs: number,
-    readonly scope: string,
-    readonly keyDigest: string,
-  ) {
-    const message = `Idempotency key ${keyDigest} is still in flight; retry after ${retryAfterMs} ms`;
-    super(message);
-    // Own and enumerable, so transports that serialize the error carry it.
-    Object.defineProperty(this, 'message', { value: message, enumerable: true, writable: true });
-    this.name = 'IdempotencyInFlightException';
-    IdempotencyInFlightException.brand(this);
+  class IdempotencyInFlightRpcException extends KafkaRetriableException {
+    readonly status = 'in-flight';
+    readonly code = 'idempotency-in-flight';
+
+    constructor(
+      readonly retryAfterMs: number,
+      readonly scope: string,
+      readonly keyDigest: string,
+    ) {
+      const message = `Idempotency key ${keyDigest} is still in flight; retry after ${retryAfterMs} ms`;
+      super(message);
+      // Own and enumerable, so transports that serialize the error carry it.
+      Object.defineProperty(this, 'message', { value: message, enumerable: true, writable: true });
+      this.name = 'IdempotencyInFlightException';
+      IdempotencyInFlightException.brand(this);
+    }
   }
-}
 
-/** The store could not answer; retriable, so the broker redelivers later. */
-export class IdempotencyStoreUnavailableRpcException extends KafkaRetriableException {
-  readonly status = 'unavailable';
-  readonly code = 'idempotency-store-unavailable';
+  class IdempotencyStoreUnavailableRpcException extends KafkaRetriableException {
+    readonly status = 'unavailable';
+    readonly code = 'idempotency-store-unavailable';
 
-  constructor(
-    readonly retryAfterMs: number,
-    message: string,
-  ) {
-    super(message);
-    Object.defineProperty(this, 'message', { value: message, enumerable: true, writable: true });
+    constructor(
+      readonly retryAfterMs: number,
+      message: string,
+    ) {
+      super(message);
+      Object.defineProperty(this, 'message', { value: message, enumerable: true, writable: true });
+      this.name = 'IdempotencyStoreUnavailableException';
+    }
   }
-}
 
-/** A message that can never succeed as sent (bad key, fingerprint mismatch): not retriable. */
-export class IdempotencyRpcException extends RpcException {
-  constructor(
-    readonly code: string,
-    message: string,
-  ) {
-    super({ status: 'error', code, message });
+  class IdempotencyRpcException extends RpcException {
+    constructor(
+      readonly code: string,
+      message: string,
+    ) {
+      super({ status: 'error', code, message });
+      this.name = 'IdempotencyRpcException';
+    }
   }
+
+  classes = {
+    inFlight: (retryAfterMs, scope, keyDigest) =>
+      new IdempotencyInFlightRpcException(retryAfterMs, scope, keyDigest),
+    unavailable: (retryAfterMs, message) =>
+      new IdempotencyStoreUnavailableRpcException(retryAfterMs, message),
+    rejected: (code, message) => new IdempotencyRpcException(code, message),
+  };
+  return classes;
 }

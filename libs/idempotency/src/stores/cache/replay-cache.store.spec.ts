@@ -1,3 +1,4 @@
+import { encodeValue } from '../../core/payload';
 import { InMemoryIdempotencyStore } from '../memory/in-memory.store';
 import { ReplayCachingStore } from './replay-cache.store';
 
@@ -7,6 +8,7 @@ const acquire = (scope: string, key: string) => ({
   leaseMs: 30_000,
   waitTimeoutMs: 0,
   ttlMs: 60_000,
+  fingerprint: null,
 });
 
 describe('ReplayCachingStore', () => {
@@ -14,20 +16,30 @@ describe('ReplayCachingStore', () => {
     const store = new ReplayCachingStore(new InMemoryIdempotencyStore());
     const first = await store.tryAcquire(acquire('a', 'bc'));
     if (first.kind !== 'acquired') throw new Error(`expected acquired, got ${first.kind}`);
-    await store.complete({ scope: 'a', key: 'bc' }, first.leaseId, 'a/bc', 60_000);
+    const payload = encodeValue('a/bc');
+    await store.complete(first.lease, payload);
     // The first replay is answered by the inner store and fills the cache.
-    await expect(store.tryAcquire(acquire('a', 'bc'))).resolves.toMatchObject({
-      kind: 'duplicate',
-      payload: 'a/bc',
-    });
+    const replay = await store.tryAcquire(acquire('a', 'bc'));
+    expect(replay.kind === 'duplicate' && replay.payload.equals(payload)).toBe(true);
     expect(store.size).toBe(1);
 
     await expect(store.tryAcquire(acquire('ab', 'c'))).resolves.toMatchObject({
       kind: 'acquired',
     });
-    await expect(store.tryAcquire(acquire('a', 'bc'))).resolves.toMatchObject({
-      kind: 'duplicate',
-      payload: 'a/bc',
-    });
+    const cached = await store.tryAcquire(acquire('a', 'bc'));
+    expect(cached.kind === 'duplicate' && cached.payload.equals(payload)).toBe(true);
+  });
+
+  it('hands a cached replay the same bytes, with its remaining TTL counting down', async () => {
+    const store = new ReplayCachingStore(new InMemoryIdempotencyStore());
+    const first = await store.tryAcquire(acquire('s', 'k'));
+    if (first.kind !== 'acquired') throw new Error(`expected acquired, got ${first.kind}`);
+    await store.complete(first.lease, encodeValue({ b: 1, a: 2 }));
+    const fromStore = await store.tryAcquire(acquire('s', 'k'));
+    const fromCache = await store.tryAcquire(acquire('s', 'k'));
+    if (fromStore.kind !== 'duplicate' || fromCache.kind !== 'duplicate') throw new Error('no replay');
+    expect(fromCache.payload).toBe(fromStore.payload);
+    expect(fromCache.expiresInMs).toBeLessThanOrEqual(fromStore.expiresInMs);
+    expect(fromCache.expiresInMs).toBeGreaterThan(59_000);
   });
 });

@@ -1,13 +1,16 @@
 import { LRUCache } from 'lru-cache';
 import { performance } from 'node:perf_hooks';
-import { decodePayload, encodePayload } from '../../core/payload';
+import { fingerprintsConflict } from '../../core/decide';
 import type {
   AcquireRequest,
   AcquireResult,
   IdempotencyRecordView,
   IdempotencyStore,
+  Lease,
   ListFilter,
   RecordId,
+  ReplayedRecord,
+  StoredPayload,
 } from '../../core/store';
 
 export interface ReplayCacheOptions {
@@ -18,9 +21,11 @@ export interface ReplayCacheOptions {
 }
 
 interface CachedRecord {
-  json: string;
+  payload: StoredPayload;
   completedAt: Date;
   fingerprint: string | null;
+  /** performance.now() at which the record's TTL ends, by the store's own count. */
+  endsAt: number;
 }
 
 /**
@@ -43,7 +48,7 @@ export class ReplayCachingStore implements IdempotencyStore {
     this.cache = new LRUCache<string, CachedRecord>({
       max: options.maxEntries ?? 10_000,
       maxSize: options.maxBytes ?? 64 * 1024 * 1024,
-      sizeCalculation: (entry) => Math.max(1, entry.json.length * 2),
+      sizeCalculation: (entry) => Math.max(1, entry.payload.length),
       // The monotonic clock: wall-clock steps never stretch an entry's life.
       perf: performance,
     });
@@ -53,40 +58,33 @@ export class ReplayCachingStore implements IdempotencyStore {
     const cacheKey = keyOf(request);
     const hit = this.cache.get(cacheKey);
     if (hit) {
-      if (request.fingerprint && hit.fingerprint && request.fingerprint !== hit.fingerprint) {
+      if (fingerprintsConflict(request.fingerprint, hit.fingerprint)) {
         return { kind: 'fingerprint-mismatch' };
       }
-      return { kind: 'duplicate', payload: decodePayload(hit.json), completedAt: hit.completedAt };
+      return {
+        kind: 'duplicate',
+        payload: hit.payload,
+        completedAt: hit.completedAt,
+        expiresInMs: Math.max(0, Math.floor(hit.endsAt - performance.now())),
+        fingerprint: hit.fingerprint,
+      };
     }
     const askedAt = performance.now();
     const result = await this.inner.tryAcquire(request);
-    if (
-      result.kind === 'duplicate' &&
-      result.expiresInMs !== undefined &&
-      result.fingerprint !== undefined
-    ) {
-      this.remember(
-        cacheKey,
-        result.payload,
-        result.completedAt,
-        result.fingerprint,
-        result.expiresInMs,
-        askedAt,
-      );
-    }
+    if (result.kind === 'duplicate') this.remember(cacheKey, result, askedAt);
     return result;
   }
 
-  complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number): Promise<void> {
-    return this.inner.complete(id, leaseId, payload, ttlMs);
+  complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    return this.inner.complete(lease, payload);
   }
 
-  release(id: RecordId, leaseId: string): Promise<void> {
-    return this.inner.release(id, leaseId);
+  release(lease: Lease): Promise<void> {
+    return this.inner.release(lease);
   }
 
-  extend(id: RecordId, leaseId: string, leaseMs: number): Promise<boolean> {
-    return this.inner.extend(id, leaseId, leaseMs);
+  extend(lease: Lease): Promise<boolean> {
+    return this.inner.extend(lease);
   }
 
   purgeExpired(options?: { limit?: number }): Promise<number> {
@@ -115,23 +113,20 @@ export class ReplayCachingStore implements IdempotencyStore {
     return this.cache.size;
   }
 
-  private remember(
-    cacheKey: string,
-    payload: unknown,
-    completedAt: Date,
-    fingerprint: string | null,
-    lifeMs: number,
-    since: number,
-  ): void {
-    const ttl = Math.floor(lifeMs - (performance.now() - since));
+  private remember(cacheKey: string, result: ReplayedRecord, since: number): void {
+    // Counted from before the store was asked, so the entry always ends before the record does.
+    const ttl = Math.floor(result.expiresInMs - (performance.now() - since));
     if (ttl <= 0) return;
-    let json: string;
-    try {
-      json = encodePayload(payload, Number.POSITIVE_INFINITY);
-    } catch {
-      return; // the store refused it too; nothing to cache
-    }
-    this.cache.set(cacheKey, { json, completedAt, fingerprint }, { ttl });
+    this.cache.set(
+      cacheKey,
+      {
+        payload: result.payload,
+        completedAt: result.completedAt,
+        fingerprint: result.fingerprint,
+        endsAt: since + result.expiresInMs,
+      },
+      { ttl },
+    );
   }
 }
 

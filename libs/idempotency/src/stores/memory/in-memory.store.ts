@@ -1,15 +1,20 @@
 import { randomUUID } from 'node:crypto';
+import { isPurgeable, isStealable, ObservedRecord } from '../../core/decide';
 import { IdempotencyLeaseLostError } from '../../core/errors';
-import { decodePayload, DEFAULT_MAX_PAYLOAD_BYTES, encodePayload } from '../../core/payload';
+import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
   AcquireRequest,
   AcquireResult,
   DEFAULT_MAX_WAITERS,
+  DEFAULT_PURGE_BATCH,
   IdempotencyRecordView,
   IdempotencyStore,
+  Lease,
   ListFilter,
   RecordId,
+  StoredPayload,
 } from '../../core/store';
+import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
 
 interface MemoryRecord {
@@ -22,7 +27,11 @@ interface MemoryRecord {
   createdAt: number;
   completedAt: number | null;
   fingerprint: string | null;
-  payload: string | null;
+  payload: StoredPayload | null;
+}
+
+interface MemoryLease extends Lease {
+  readonly id: string;
 }
 
 export interface InMemoryIdempotencyStoreOptions {
@@ -34,8 +43,9 @@ export interface InMemoryIdempotencyStoreOptions {
 }
 
 /**
- * A single-process store. Waiters are woken the moment the holder completes or
- * releases; a lease running out wakes them through a timer set to its expiry.
+ * A single-process store, for tests, development and single-instance
+ * services. Waiters are woken the moment the holder completes or releases; a
+ * lease running out wakes them through the wait's own timer.
  */
 export class InMemoryIdempotencyStore implements IdempotencyStore {
   private readonly records = new Map<string, MemoryRecord>();
@@ -50,94 +60,54 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     this.now = options.now ?? Date.now;
   }
 
-  async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
     const id = idOf(request);
-    const deadline = Date.now() + request.waitTimeoutMs;
-    for (;;) {
-      const now = this.now();
-      const existing = this.records.get(id);
-      if (!existing || isStealable(existing, now)) {
-        const leaseId = randomUUID();
-        this.records.set(id, {
-          scope: request.scope,
-          key: request.key,
-          state: 'IN_PROGRESS',
-          leaseId,
-          leaseExpiresAt: now + request.leaseMs,
-          expiresAt: now + request.ttlMs,
-          createdAt: now,
-          completedAt: null,
-          fingerprint: request.fingerprint ?? null,
-          payload: null,
-        });
-        return { kind: 'acquired', leaseId };
-      }
-      if (
-        request.fingerprint &&
-        existing.fingerprint &&
-        request.fingerprint !== existing.fingerprint
-      ) {
-        return { kind: 'fingerprint-mismatch' };
-      }
-      if (existing.state === 'COMPLETE') {
-        return {
-          kind: 'duplicate',
-          payload: decodePayload(existing.payload),
-          completedAt: new Date(existing.completedAt!),
-          expiresInMs: Math.max(0, existing.expiresAt - now),
-          fingerprint: existing.fingerprint,
-        };
-      }
-      const leaseLeftMs = Math.max(0, existing.leaseExpiresAt! - now);
-      const waitLeftMs = deadline - Date.now();
-      // Past the cap, answer at once rather than hold memory for one more waiter.
-      if (waitLeftMs <= 0 || this.waiters.size >= this.maxWaiters) {
-        return { kind: 'in-flight', retryAfterMs: leaseLeftMs };
-      }
-      const ticket = this.waiters.register(id);
-      try {
-        // Wake at the holder's completion or release, at lease expiry (to steal), or when our wait ends.
-        await ticket.wait(Math.min(waitLeftMs, leaseLeftMs + 1));
-      } finally {
-        ticket.dispose();
-      }
-    }
-  }
-
-  async complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number): Promise<void> {
-    const encoded = encodePayload(payload, this.maxPayloadBytes);
-    const record = this.held(id, leaseId, 'complete');
-    const now = this.now();
-    Object.assign(record, {
-      state: 'COMPLETE',
-      payload: encoded,
-      completedAt: now,
-      expiresAt: now + ttlMs,
-      leaseId: null,
-      leaseExpiresAt: null,
+    return waitForRecord({
+      request,
+      waiters: this.waiters,
+      waiterId: id,
+      maxWaiters: this.maxWaiters,
+      pollMs: () => Number.POSITIVE_INFINITY,
+      look: async () => this.look(id, request),
     });
-    this.waiters.notify(idOf(id));
   }
 
-  async release(id: RecordId, leaseId: string): Promise<void> {
-    this.held(id, leaseId, 'release');
-    this.records.delete(idOf(id));
-    this.waiters.notify(idOf(id));
+  async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    assertPayloadSize(payload, this.maxPayloadBytes);
+    const { id } = lease as MemoryLease;
+    const record = this.held(id, lease, 'complete');
+    const now = this.now();
+    record.state = 'COMPLETE';
+    // A copy: the caller's buffer may be reused after this returns.
+    record.payload = Buffer.from(payload);
+    record.completedAt = now;
+    record.expiresAt = now + lease.ttlMs;
+    record.leaseId = null;
+    record.leaseExpiresAt = null;
+    this.waiters.notify(id);
   }
 
-  async extend(id: RecordId, leaseId: string, leaseMs: number): Promise<boolean> {
-    const record = this.records.get(idOf(id));
-    if (!record || record.state !== 'IN_PROGRESS' || record.leaseId !== leaseId) return false;
-    record.leaseExpiresAt = this.now() + leaseMs;
+  async release(lease: Lease): Promise<void> {
+    const { id } = lease as MemoryLease;
+    this.held(id, lease, 'release');
+    this.records.delete(id);
+    this.waiters.notify(id);
+  }
+
+  async extend(lease: Lease): Promise<boolean> {
+    const record = this.records.get((lease as MemoryLease).id);
+    if (!record || record.state !== 'IN_PROGRESS' || record.leaseId !== lease.leaseId) return false;
+    record.leaseExpiresAt = this.now() + lease.leaseMs;
     return true;
   }
 
   async purgeExpired(options: { limit?: number } = {}): Promise<number> {
+    const limit = options.limit ?? DEFAULT_PURGE_BATCH;
     const now = this.now();
     let purged = 0;
     for (const [id, record] of this.records) {
-      if (options.limit !== undefined && purged >= options.limit) break;
-      if (isPurgeable(record, now)) {
+      if (purged >= limit) break;
+      if (isPurgeable(record.state, leaseLeft(record, now), record.expiresAt - now)) {
         this.records.delete(id);
         purged++;
       }
@@ -151,13 +121,14 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
+    const limit = filter.limit ?? 100;
     const out: IdempotencyRecordView[] = [];
     const sorted = [...this.records.values()].sort((a, b) => b.createdAt - a.createdAt);
     for (const record of sorted) {
+      if (out.length >= limit) break;
       if (filter.scope !== undefined && record.scope !== filter.scope) continue;
       if (filter.state !== undefined && record.state !== filter.state) continue;
       out.push(this.view(record));
-      if (filter.limit !== undefined && out.length >= filter.limit) break;
     }
     return out;
   }
@@ -166,9 +137,47 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     this.waiters.notifyAll();
   }
 
-  private held(id: RecordId, leaseId: string, operation: string): MemoryRecord {
-    const record = this.records.get(idOf(id));
-    if (!record || record.state !== 'IN_PROGRESS' || record.leaseId !== leaseId) {
+  onWait(listener: (scope: string) => void): () => void {
+    return this.waiters.onWait(listener);
+  }
+
+  private look(id: string, request: AcquireRequest): Observation {
+    const now = this.now();
+    const existing = this.records.get(id);
+    if (
+      !existing ||
+      isStealable(existing.state, leaseLeft(existing, now), existing.expiresAt - now)
+    ) {
+      const leaseId = randomUUID();
+      this.records.set(id, {
+        scope: request.scope,
+        key: request.key,
+        state: 'IN_PROGRESS',
+        leaseId,
+        leaseExpiresAt: now + request.leaseMs,
+        expiresAt: now + request.ttlMs,
+        createdAt: now,
+        completedAt: null,
+        fingerprint: request.fingerprint,
+        payload: null,
+      });
+      const lease: MemoryLease = { id, leaseId, leaseMs: request.leaseMs, ttlMs: request.ttlMs };
+      return { kind: 'acquired', lease };
+    }
+    const record: ObservedRecord = {
+      state: existing.state,
+      fingerprint: existing.fingerprint,
+      leaseLeftMs: leaseLeft(existing, now),
+      expiresLeftMs: existing.expiresAt - now,
+      payload: existing.payload,
+      completedAt: existing.completedAt === null ? null : new Date(existing.completedAt),
+    };
+    return { kind: 'record', record };
+  }
+
+  private held(id: string, lease: Lease, operation: string): MemoryRecord {
+    const record = this.records.get(id);
+    if (!record || record.state !== 'IN_PROGRESS' || record.leaseId !== lease.leaseId) {
       throw new IdempotencyLeaseLostError(
         `${operation} refused: the record is no longer held under this lease`,
       );
@@ -178,7 +187,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
 
   private view(record: MemoryRecord): IdempotencyRecordView {
     const now = this.now();
-    return {
+    const view: IdempotencyRecordView = {
       scope: record.scope,
       key: record.key,
       state: record.state,
@@ -188,19 +197,17 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       createdAt: new Date(record.createdAt),
       completedAt: record.completedAt === null ? null : new Date(record.completedAt),
       fingerprint: record.fingerprint,
-      ...(record.state === 'COMPLETE' ? { payload: decodePayload(record.payload) } : {}),
     };
+    if (record.state === 'COMPLETE') view.payload = record.payload!;
+    return view;
   }
 }
 
+/** Unambiguous for any scope and key. */
 function idOf(id: RecordId): string {
-  return JSON.stringify([id.scope, id.key]);
+  return `${id.scope.length}:${id.scope}${id.key}`;
 }
 
-function isStealable(record: MemoryRecord, now: number): boolean {
-  return record.state === 'IN_PROGRESS' ? record.leaseExpiresAt! <= now : record.expiresAt <= now;
-}
-
-function isPurgeable(record: MemoryRecord, now: number): boolean {
-  return record.expiresAt <= now && (record.state === 'COMPLETE' || record.leaseExpiresAt! <= now);
+function leaseLeft(record: MemoryRecord, now: number): number {
+  return record.leaseExpiresAt === null ? 0 : record.leaseExpiresAt - now;
 }

@@ -5,42 +5,46 @@ import {
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
+import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
-import { decodePayload, DEFAULT_MAX_PAYLOAD_BYTES, encodePayload } from '../../core/payload';
+import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
   AcquireRequest,
   AcquireResult,
   DEFAULT_MAX_WAITERS,
+  DEFAULT_PURGE_BATCH,
   IdempotencyRecordView,
   IdempotencyStore,
+  Lease,
   ListFilter,
   RecordId,
   RecordState,
+  StoredPayload,
 } from '../../core/store';
+import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
-import { PgNotificationListener } from './pg-listener';
+import { PgNotificationListener } from './postgres/listener';
+import { poolOf } from './postgres/pool';
+import { preparedName, storeQuery } from './postgres/query';
 import {
   assertTableShape,
   ColumnRow,
   COLUMNS_QUERY,
-  createTableSql,
   PRIMARY_KEY_QUERY,
-} from './schema';
-import { boundedQuery } from './bounded-query';
-import { poolOf } from './pool';
-import { preparedName, preparedQuery } from './prepared-query';
-import { buildStatements, HOT_STATEMENTS, Statements } from './statements';
+  schemaSql,
+} from './postgres/schema';
+import { buildStatements, HOT_STATEMENTS, Statements } from './postgres/statements';
+import { isUnavailable } from './postgres/unavailable';
 import { channelFor, DEFAULT_TABLE, recordIdOf, TableName } from './table';
-import { isUnavailable } from './unavailable';
 
 export interface TypeOrmIdempotencyStoreOptions {
   /** Schema of the records table. Default `public`. */
   schema?: string;
   /** Name of the records table. Default `idempotency_records`. */
   table?: string;
-  /** Create the table at `init()` if it is missing. For development; use the migration in production. */
+  /** Create (or upgrade) the table at `init()`. For development; use the migrations in production. */
   ensureSchema?: boolean;
-  /** Largest serialized result the store accepts. Default 1 MiB. */
+  /** Largest stored result the store accepts, in bytes. Default 1 MiB. */
   maxPayloadBytes?: number;
   /**
    * Most duplicates parked waiting in this process at once. One more is answered
@@ -61,15 +65,23 @@ export interface TypeOrmIdempotencyStoreOptions {
   logger?: IdempotencyLogger;
 }
 
+/** The lease a PostgreSQL store hands out: the record id, hashed once at acquisition. */
+interface PgLease extends Lease {
+  readonly id: Buffer;
+  readonly idHex: string;
+}
+
 interface AcquireRow {
   outcome: 'acquired' | 'existing';
   state: RecordState | null;
   fingerprint: string | null;
-  payload: unknown;
+  payload: Buffer | null;
   completed_at: Date | null;
   lease_left_ms: number | null;
   expires_left_ms: number | null;
   stealable: boolean;
+  watched: boolean;
+  marked: boolean;
 }
 
 interface ViewRow {
@@ -81,15 +93,13 @@ interface ViewRow {
   created_at: Date;
   completed_at: Date | null;
   fingerprint: string | null;
-  payload: unknown;
+  payload: Buffer | null;
   lease_expired: boolean;
 }
 
-const PURGE_BATCH = 1000;
-
 /**
- * PostgreSQL store through a TypeORM `DataSource`. See the README's Storage
- * section for the table, the migration and the round trips each call costs.
+ * PostgreSQL store through a TypeORM `DataSource` (its `pg` pool). See
+ * docs/storage.md for the table, the migrations and the round trips each call costs.
  */
 export class TypeOrmIdempotencyStore implements IdempotencyStore {
   readonly tableName: TableName;
@@ -157,71 +167,68 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     this.waiters.notifyAll();
   }
 
+  onWait(listener: (scope: string) => void): () => void {
+    return this.waiters.onWait(listener);
+  }
+
   async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
     await this.init();
     const id = recordIdOf(request.scope, request.key);
     const idHex = id.toString('hex');
-    const deadline = Date.now() + request.waitTimeoutMs;
     const leaseId = randomUUID();
-    const params = [
-      id,
-      request.scope,
-      request.key,
-      leaseId,
-      request.leaseMs,
-      request.ttlMs,
-      request.fingerprint ?? null,
-    ];
     if (request.waitTimeoutMs > 0) await this.listener?.ensure();
-
-    for (;;) {
-      // Take the ticket before looking, so a completion during the look still wakes us.
-      const ticket = request.waitTimeoutMs > 0 ? this.waiters.register(idHex) : undefined;
-      try {
-        const rows = await this.query<AcquireRow>('acquire', this.sql.acquire, params);
-        const row = rows[0];
-        if (row?.outcome === 'acquired') return { kind: 'acquired', leaseId };
-        // No row, or a row that looked stealable but someone else changed first: look again now.
-        if (!row || row.stealable) continue;
-        if (request.fingerprint && row.fingerprint && row.fingerprint !== request.fingerprint) {
-          return { kind: 'fingerprint-mismatch' };
+    const lease: PgLease = { id, idHex, leaseId, leaseMs: request.leaseMs, ttlMs: request.ttlMs };
+    const logged = [idHex, request.scope, storedKeyDigest(request.scope, request.key)];
+    return waitForRecord({
+      request,
+      waiters: this.waiters,
+      waiterId: idHex,
+      maxWaiters: this.maxWaiters,
+      // Without a LISTEN connection a wake-up can be missed: look again sooner.
+      pollMs: () =>
+        this.listener?.listening ? this.pollIntervalMs : Math.min(this.pollIntervalMs, 100),
+      look: async (watch): Promise<Observation> => {
+        const [row] = await this.query<AcquireRow>('acquire', this.sql.acquire, [
+          id,
+          request.scope,
+          request.key,
+          leaseId,
+          request.leaseMs,
+          request.ttlMs,
+          request.fingerprint,
+          watch,
+        ], [...logged, leaseId, request.leaseMs, request.ttlMs, request.fingerprint, watch]);
+        if (row?.outcome === 'acquired') return { kind: 'acquired', lease };
+        // No row, or a row that changed under the statement: look again now.
+        if (!row || row.stealable) return { kind: 'changed' };
+        if (watch && row.state === 'IN_PROGRESS' && !row.watched && !row.marked) {
+          return { kind: 'changed' };
         }
-        if (row.state === 'COMPLETE') {
-          return {
-            kind: 'duplicate',
-            payload: decodePayload(row.payload),
-            completedAt: row.completed_at!,
-            expiresInMs: Math.floor(row.expires_left_ms ?? 0),
+        return {
+          kind: 'record',
+          record: {
+            state: row.state!,
             fingerprint: row.fingerprint,
-          };
-        }
-        const leaseLeftMs = Math.ceil(row.lease_left_ms ?? 0);
-        const waitLeftMs = deadline - Date.now();
-        if (!ticket || waitLeftMs <= 0 || this.waiters.size > this.maxWaiters) {
-          return { kind: 'in-flight', retryAfterMs: leaseLeftMs };
-        }
-        const poll = this.listener?.listening
-          ? this.pollIntervalMs
-          : Math.min(this.pollIntervalMs, 100);
-        await ticket.wait(Math.min(waitLeftMs, leaseLeftMs + 1, poll));
-      } finally {
-        ticket?.dispose();
-      }
-    }
+            leaseLeftMs: row.lease_left_ms ?? 0,
+            expiresLeftMs: row.expires_left_ms ?? 0,
+            payload: row.payload,
+            completedAt: row.completed_at,
+          },
+        };
+      },
+    });
   }
 
-  async complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number): Promise<void> {
-    const encoded = encodePayload(payload, this.maxPayloadBytes);
+  async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    assertPayloadSize(payload, this.maxPayloadBytes);
     await this.init();
-    const rid = recordIdOf(id.scope, id.key);
-    const rows = await this.query('complete', this.sql.complete, [
-      rid,
-      leaseId,
-      encoded,
-      ttlMs,
-      this.channel,
-      rid.toString('hex'),
-    ]);
+    const { id, idHex, leaseId, ttlMs } = lease as PgLease;
+    const rows = await this.query(
+      'complete',
+      this.sql.complete,
+      [id, leaseId, payload, ttlMs, this.channel, idHex],
+      [idHex, leaseId, `<${payload.length} bytes>`, ttlMs, this.channel, idHex],
+    );
     if (rows.length === 0) {
       throw new IdempotencyLeaseLostError(
         'complete refused: the record is no longer held under this lease',
@@ -229,15 +236,15 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  async release(id: RecordId, leaseId: string): Promise<void> {
+  async release(lease: Lease): Promise<void> {
     await this.init();
-    const rid = recordIdOf(id.scope, id.key);
-    const rows = await this.query('release', this.sql.release, [
-      rid,
-      leaseId,
-      this.channel,
-      rid.toString('hex'),
-    ]);
+    const { id, idHex, leaseId } = lease as PgLease;
+    const rows = await this.query(
+      'release',
+      this.sql.release,
+      [id, leaseId, this.channel, idHex],
+      [idHex, leaseId, this.channel, idHex],
+    );
     if (rows.length === 0) {
       throw new IdempotencyLeaseLostError(
         'release refused: the record is no longer held under this lease',
@@ -245,29 +252,18 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  async extend(id: RecordId, leaseId: string, leaseMs: number): Promise<boolean> {
+  async extend(lease: Lease): Promise<boolean> {
     await this.init();
-    const rows = await this.query('extend', this.sql.extend, [
-      recordIdOf(id.scope, id.key),
-      leaseId,
-      leaseMs,
-    ]);
+    const { id, idHex, leaseId, leaseMs } = lease as PgLease;
+    const rows = await this.query('extend', this.sql.extend, [id, leaseId, leaseMs], [idHex, leaseId, leaseMs]);
     return rows.length > 0;
   }
 
   async purgeExpired(options: { limit?: number } = {}): Promise<number> {
     await this.init();
-    let total = 0;
-    for (;;) {
-      const batch = Math.min(
-        PURGE_BATCH,
-        options.limit === undefined ? PURGE_BATCH : options.limit - total,
-      );
-      if (batch <= 0) return total;
-      const [row] = await this.query<{ purged: number }>('purge', this.sql.purgeBatch, [batch]);
-      total += row.purged;
-      if (row.purged < batch) return total;
-    }
+    const limit = options.limit ?? DEFAULT_PURGE_BATCH;
+    const [row] = await this.query<{ purged: number }>('purge', this.sql.purgeBatch, [limit], [limit]);
+    return row.purged;
   }
 
   /**
@@ -276,25 +272,22 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
    */
   async countExpired(options: { limit?: number } = {}): Promise<number> {
     await this.init();
-    const [row] = await this.query<{ expired: number }>('count expired', this.sql.countExpired, [
-      options.limit ?? null,
-    ]);
+    const limit = options.limit ?? null;
+    const [row] = await this.query<{ expired: number }>('count expired', this.sql.countExpired, [limit], [limit]);
     return row.expired;
   }
 
   async find(id: RecordId): Promise<IdempotencyRecordView | null> {
     await this.init();
-    const rows = await this.query<ViewRow>('find', this.sql.find, [recordIdOf(id.scope, id.key)]);
+    const rid = recordIdOf(id.scope, id.key);
+    const rows = await this.query<ViewRow>('find', this.sql.find, [rid], [rid.toString('hex')]);
     return rows.length > 0 ? toView(rows[0]) : null;
   }
 
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
     await this.init();
-    const rows = await this.query<ViewRow>('list', this.sql.list, [
-      filter.scope ?? null,
-      filter.state ?? null,
-      filter.limit ?? 100,
-    ]);
+    const params = [filter.scope ?? null, filter.state ?? null, filter.limit ?? 100];
+    const rows = await this.query<ViewRow>('list', this.sql.list, params, params);
     return rows.map(toView);
   }
 
@@ -309,12 +302,14 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       // One statement string runs as one implicit transaction; the advisory lock
       // serializes instances that start together (CREATE ... IF NOT EXISTS can race).
       const lock = `SELECT pg_advisory_xact_lock(hashtext('nest-idempotency:' || ${literal(`${schema}.${table}`)}))`;
-      await this.query('ensureSchema', [lock, ...createTableSql(this.tableName)].join(';\n'), []);
+      const ddl = [lock, ...schemaSql(this.tableName)].join(';\n');
+      await this.query('ensureSchema', ddl, [], []);
     }
-    const columns = await this.query<ColumnRow>('schema check', COLUMNS_QUERY, [schema, table]);
+    const columns = await this.query<ColumnRow>('schema check', COLUMNS_QUERY, [schema, table], [schema, table]);
     const primaryKey = await this.query<{ column_name: string }>(
       'schema check',
       PRIMARY_KEY_QUERY,
+      [schema, table],
       [schema, table],
     );
     assertTableShape(
@@ -334,14 +329,18 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
 
   private async query<T = unknown>(
     operation: string,
-    sql: string,
-    params: unknown[],
+    text: string,
+    values: unknown[],
+    logged: unknown[],
   ): Promise<T[]> {
-    const name = this.preparedNames.get(sql);
     try {
-      return name
-        ? await preparedQuery<T>(this.dataSource, this.timeoutMs, operation, name, sql, params)
-        : await boundedQuery<T>(this.dataSource, this.timeoutMs, operation, sql, params);
+      return await storeQuery<T>(this.dataSource, this.timeoutMs, {
+        operation,
+        text,
+        values,
+        logged,
+        name: this.preparedNames.get(text),
+      });
     } catch (error) {
       if (error instanceof IdempotencyStoreUnavailableError) throw error;
       if (isUnavailable(error)) {
@@ -357,7 +356,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
 }
 
 function toView(row: ViewRow): IdempotencyRecordView {
-  return {
+  const view: IdempotencyRecordView = {
     scope: row.scope,
     key: row.key,
     state: row.state,
@@ -367,8 +366,9 @@ function toView(row: ViewRow): IdempotencyRecordView {
     createdAt: row.created_at,
     completedAt: row.completed_at,
     fingerprint: row.fingerprint,
-    ...(row.state === 'COMPLETE' ? { payload: decodePayload(row.payload) } : {}),
   };
+  if (row.state === 'COMPLETE' && row.payload) view.payload = row.payload;
+  return view;
 }
 
 function literal(text: string): string {

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import type { DataSource } from 'typeorm';
-import { IdempotencyStoreUnavailableError } from '../../core/errors';
-import { withinTimeout } from './bounded-query';
+import { IdempotencyStoreUnavailableError } from '../../../core/errors';
+import { withinTimeout } from '../bounded-query';
 import { poolOf } from './pool';
 import { isUnavailable } from './unavailable';
 
@@ -16,33 +16,39 @@ export function preparedName(operation: string, text: string): string {
   return `nest_idem_${operation}_${digest}`;
 }
 
+export interface StoreQuery {
+  operation: string;
+  text: string;
+  values: unknown[];
+  /** Set: sent as this named prepared statement (parsed and planned once per connection). */
+  name?: string;
+  /**
+   * What the DataSource's logger is shown in place of `values`: keys and
+   * payloads replaced, so query logging never prints a raw key or a stored body.
+   */
+  logged: unknown[];
+}
+
 /**
- * One statement as a named prepared statement, straight through the `pg` pool
- * under the DataSource: each connection parses and plans it once, later calls
- * send only the parameters (still one round trip). Bounded by `timeoutMs` like
- * `boundedQuery`; the statement is still reported to the DataSource's logger.
+ * One statement straight through the `pg` pool under the DataSource (never
+ * `dataSource.query`, which would log the raw parameters), bounded by
+ * `timeoutMs` (waiting for a pooled connection included). The statement is
+ * still reported to the DataSource's logger, with `logged` as its parameters.
  */
-export function preparedQuery<T>(
-  dataSource: DataSource,
-  timeoutMs: number,
-  operation: string,
-  name: string,
-  sql: string,
-  params: unknown[],
-): Promise<T[]> {
-  dataSource.logger.logQuery(sql, params);
+export function storeQuery<T>(dataSource: DataSource, timeoutMs: number, query: StoreQuery): Promise<T[]> {
+  dataSource.logger.logQuery(query.text, query.logged);
   const pool = poolOf(dataSource);
   if (!pool) {
     return Promise.reject(
       new IdempotencyStoreUnavailableError(
-        `${operation}: the DataSource is not initialized (destroyed while the application runs?)`,
+        `${query.operation}: the DataSource is not initialized (destroyed while the application runs?)`,
       ),
     );
   }
-  return withinTimeout(send<T>(pool, name, sql, params), timeoutMs, operation);
+  return withinTimeout(send<T>(pool, query), timeoutMs, query.operation);
 }
 
-async function send<T>(pool: Pool, name: string, text: string, values: unknown[]): Promise<T[]> {
+async function send<T>(pool: Pool, query: StoreQuery): Promise<T[]> {
   const client: PoolClient = await pool.connect();
   let broken: Error | undefined;
   // A connection that fails while checked out reports it as an 'error' event
@@ -50,7 +56,9 @@ async function send<T>(pool: Pool, name: string, text: string, values: unknown[]
   const onError = (error: Error) => (broken = error);
   client.on('error', onError);
   try {
-    const result = await client.query({ name, text, values });
+    const result = await client.query(
+      query.name ? { name: query.name, text: query.text, values: query.values } : { text: query.text, values: query.values },
+    );
     return result.rows as T[];
   } catch (error) {
     // A statement error leaves the connection usable (and its prepared statements

@@ -1,7 +1,7 @@
 import type { Client, Pool } from 'pg';
-import { IdempotencyLogger } from '../../core/logger';
-import { WaiterRegistry } from '../../core/waiters';
-import { quoteIdent } from './table';
+import { IdempotencyLogger } from '../../../core/logger';
+import { WaiterRegistry } from '../../../core/waiters';
+import { quoteIdent } from '../table';
 
 /**
  * One LISTEN connection per store, opened outside the application's pool so it

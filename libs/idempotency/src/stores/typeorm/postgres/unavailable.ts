@@ -1,4 +1,4 @@
-import { IdempotencyStoreUnavailableError } from '../../core/errors';
+import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 
 const NETWORK_CODES = new Set([
   'ECONNREFUSED',

@@ -1,13 +1,14 @@
-import { qualified, TableName } from './table';
+import { qualified, TableName } from '../table';
 
 /**
- * Every statement the store sends. Each is one round trip, and every time
- * comparison uses the server's `now()`, so instances with skewed clocks agree.
+ * Every statement the PostgreSQL store sends. Each is one round trip, and
+ * every time comparison uses the server's `now()`, so instances with skewed
+ * clocks agree.
  */
 export interface Statements {
-  /** $1 id, $2 scope, $3 key, $4 lease id, $5 lease ms, $6 ttl ms, $7 fingerprint. */
+  /** $1 id, $2 scope, $3 key, $4 lease id, $5 lease ms, $6 ttl ms, $7 fingerprint, $8 watch. */
   acquire: string;
-  /** $1 id, $2 lease id, $3 payload json, $4 ttl ms, $5 channel, $6 id hex. */
+  /** $1 id, $2 lease id, $3 payload, $4 ttl ms, $5 channel, $6 id hex. */
   complete: string;
   /** $1 id, $2 lease id, $3 channel, $4 id hex. */
   release: string;
@@ -34,8 +35,9 @@ const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
   (state = 'IN_PROGRESS' AND lease_expires_at <= now()) AS lease_expired`;
 
+/** ./decide.ts isStealable, in SQL. */
 const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= now()) OR (state = 'COMPLETE' AND expires_at <= now()))`;
-/** The purge rule, in one place: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
+/** ./decide.ts isPurgeable, in SQL: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
 const purgeable = (alias?: string) => {
   const c = (column: string) => (alias ? `${alias}.${column}` : column);
   return `(${c('expires_at')} <= now() AND (${c('state')} = 'COMPLETE' OR ${c('lease_expires_at')} <= now()))`;
@@ -47,12 +49,20 @@ export function buildStatements(name: TableName): Statements {
   return {
     // Steal (an expired lease or an expired COMPLETE record), else insert, else
     // read what is there: one statement. A replay takes no row lock and writes nothing.
-    // When the row changed between snapshot and write, the read can look stale or
-    // be empty; the caller just asks again.
+    //
+    // A caller that will wait ($8) marks a live IN_PROGRESS record `watched` in the
+    // same statement, so complete and release notify only records someone waits on
+    // (a notifying commit takes a database-wide lock). Only the first waiter writes.
+    //
+    // All parts share one snapshot, while the writes see the latest row version. So
+    // when the read part looks stealable but nothing was stolen, or looks unwatched
+    // but the mark did not land, the row changed under the statement: the caller
+    // just asks again (./wait-loop.ts 'changed').
     acquire: `
       WITH stolen AS (
         UPDATE ${t} SET state = 'IN_PROGRESS', lease_id = $4, lease_expires_at = now() + ${ms('$5')},
-          expires_at = now() + ${ms('$6')}, fingerprint = $7, payload = NULL, created_at = now(), completed_at = NULL
+          expires_at = now() + ${ms('$6')}, fingerprint = $7, payload = NULL, created_at = now(),
+          completed_at = NULL, watched = false
         WHERE id = $1 AND ${STEALABLE}
         RETURNING 1
       ), inserted AS (
@@ -61,41 +71,46 @@ export function buildStatements(name: TableName): Statements {
         WHERE NOT EXISTS (SELECT 1 FROM stolen)
         ON CONFLICT (id) DO NOTHING
         RETURNING 1
+      ), marked AS (
+        UPDATE ${t} SET watched = true
+        WHERE $8 AND id = $1 AND state = 'IN_PROGRESS' AND NOT watched AND lease_expires_at > now()
+          AND ($7::text IS NULL OR fingerprint IS NULL OR fingerprint = $7)
+          AND NOT EXISTS (SELECT 1 FROM stolen) AND NOT EXISTS (SELECT 1 FROM inserted)
+        RETURNING 1
       )
-      SELECT 'acquired' AS outcome, NULL::text AS state, NULL::text AS fingerprint, NULL::jsonb AS payload,
+      SELECT 'acquired' AS outcome, NULL::text AS state, NULL::text AS fingerprint, NULL::bytea AS payload,
         NULL::timestamptz AS completed_at, NULL::double precision AS lease_left_ms,
-        NULL::double precision AS expires_left_ms, false AS stealable
+        NULL::double precision AS expires_left_ms, false AS stealable, false AS watched, false AS marked
       FROM stolen
       UNION ALL
-      SELECT 'acquired', NULL, NULL, NULL, NULL, NULL, NULL, false FROM inserted
+      SELECT 'acquired', NULL, NULL, NULL, NULL, NULL, NULL, false, false, false FROM inserted
       UNION ALL
       SELECT 'existing', state, fingerprint, CASE WHEN state = 'COMPLETE' THEN payload END, completed_at,
-        greatest(0, extract(epoch FROM (lease_expires_at - now())) * 1000)::double precision,
-        greatest(0, extract(epoch FROM (expires_at - now())) * 1000)::double precision,
-        ${STEALABLE}
+        extract(epoch FROM (lease_expires_at - now()))::double precision * 1000,
+        extract(epoch FROM (expires_at - now()))::double precision * 1000,
+        ${STEALABLE}, watched, EXISTS (SELECT 1 FROM marked)
       FROM ${t}
       WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM stolen) AND NOT EXISTS (SELECT 1 FROM inserted)`,
+    // `watched` stays as it was (a stolen or new record resets it), so RETURNING tells
+    // whether anyone waits; only then does the statement notify.
     complete: `
       WITH done AS (
-        UPDATE ${t} SET state = 'COMPLETE', payload = $3::jsonb, completed_at = now(),
+        UPDATE ${t} SET state = 'COMPLETE', payload = $3, completed_at = now(),
           expires_at = now() + ${ms('$4')}, lease_id = NULL, lease_expires_at = NULL
         WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
-        RETURNING 1
+        RETURNING watched
       )
-      SELECT pg_notify($5, $6) FROM done`,
+      SELECT CASE WHEN watched THEN pg_notify($5, $6) END AS notified FROM done`,
     release: `
       WITH gone AS (
-        DELETE FROM ${t} WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS' RETURNING 1
+        DELETE FROM ${t} WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS' RETURNING watched
       )
-      SELECT pg_notify($3, $4) FROM gone`,
+      SELECT CASE WHEN watched THEN pg_notify($3, $4) END AS notified FROM gone`,
     extend: `
-      WITH kept AS (
-        UPDATE ${t} SET lease_expires_at = now() + ${ms('$3')}
-        WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
-        RETURNING 1
-      )
-      SELECT 1 AS kept FROM kept`,
-    // Bounded batches; SKIP LOCKED lets several instances purge side by side
+      UPDATE ${t} SET lease_expires_at = now() + ${ms('$3')}
+      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
+      RETURNING 1 AS kept`,
+    // One bounded batch; SKIP LOCKED lets several instances purge side by side
     // without waiting on each other or on live traffic. The rule is rechecked on delete.
     purgeBatch: `
       WITH victims AS (

@@ -1,0 +1,8 @@
+/**
+ * `nest-idempotency/core`: the framework-free part. The engine, the store SPI
+ * and what a store author needs to implement it, the typed errors, and the
+ * in-memory store. Loads nothing from Nest, TypeORM or a database driver.
+ */
+export * from './core/index';
+export * from './stores/memory/in-memory.store';
+export * from './stores/cache/replay-cache.store';

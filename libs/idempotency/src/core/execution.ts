@@ -1,0 +1,213 @@
+import {
+  IdempotencyCompletionError,
+  IdempotencyLeaseLostError,
+  IdempotencyPayloadError,
+} from './errors';
+import type { IdempotencyEvent } from './events';
+import type { IdempotencyLogger } from './logger';
+import type { IdempotencyStore, Lease, StoredPayload } from './store';
+
+export interface CompletionRetryOptions {
+  /** Attempts in all, the first included. */
+  attempts: number;
+  initialDelayMs: number;
+  maxDelayMs: number;
+}
+
+/** What an execution needs from its engine. */
+export interface ExecutionContext {
+  store: IdempotencyStore;
+  logger: IdempotencyLogger;
+  retry: CompletionRetryOptions;
+  emit: (event: () => IdempotencyEvent) => void;
+}
+
+/** How a completion ended for the caller: stored, or refused because another owner has the record now. */
+export type CompletionResult = 'stored' | 'lease-lost';
+
+/**
+ * One acquired record, from the acquisition to its completion or release. A
+ * heartbeat extends the lease every `leaseMs / 2` until then, so an action
+ * may outlive its lease without being stolen; if the lease is lost anyway
+ * (the store refused an extension) `signal` aborts.
+ */
+export class Execution {
+  private readonly controller = new AbortController();
+  private readonly timer: NodeJS.Timeout;
+  private readonly startedAt = performance.now();
+  private settled = false;
+  private finished = false;
+
+  constructor(
+    private readonly context: ExecutionContext,
+    readonly scope: string,
+    /** The record's name in logs and events: scope and key digest. */
+    readonly keyDigest: string,
+    private readonly lease: Lease,
+  ) {
+    this.timer = setInterval(() => void this.beat(), Math.max(1, Math.floor(lease.leaseMs / 2)));
+    this.timer.unref();
+  }
+
+  /** Aborted when the lease was lost while the action ran. */
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /**
+   * Stores the result and ends the execution. Retries a store that cannot be
+   * reached (the record stays ours meanwhile: the heartbeat keeps beating);
+   * throws `IdempotencyCompletionError` when every attempt failed, leaving the
+   * record IN_PROGRESS (the work happened, so it is not released).
+   * A payload the store refuses (`IdempotencyPayloadError`) releases the record.
+   */
+  async complete(payload: StoredPayload): Promise<CompletionResult> {
+    this.settle();
+    try {
+      return await this.completeWithRetry(payload);
+    } finally {
+      this.finish();
+    }
+  }
+
+  /** Deletes the record (the action failed: it leaves no trace); never throws. */
+  async release(reason: 'action-failed' | 'not-storable' = 'action-failed'): Promise<void> {
+    this.settle();
+    try {
+      await this.releaseQuietly(reason);
+    } finally {
+      this.finish();
+    }
+  }
+
+  private settle(): void {
+    if (this.settled) throw new Error(`${this.keyDigest}: the execution was already completed or released`);
+    this.settled = true;
+  }
+
+  private finish(): void {
+    this.finished = true;
+    clearInterval(this.timer);
+  }
+
+  private async beat(): Promise<void> {
+    if (this.finished) return;
+    try {
+      const kept = await this.context.store.extend(this.lease);
+      // Once the action has settled, a refusal may be our own completion landing
+      // first; completion reports a lease that is really lost.
+      if (kept || this.finished || this.settled) return;
+      clearInterval(this.timer);
+      this.context.logger.warn(
+        `lease on ${this.keyDigest} was lost while the action ran; aborting its signal`,
+      );
+      this.context.emit(() => ({
+        type: 'lease-lost',
+        scope: this.scope,
+        keyDigest: this.keyDigest,
+        during: 'heartbeat',
+      }));
+      this.controller.abort(new IdempotencyLeaseLostError(`lease on ${this.keyDigest} was lost`));
+    } catch (error) {
+      // The store is unreachable: keep beating, the lease may still be ours.
+      if (!this.finished) {
+        this.context.logger.warn(`heartbeat for ${this.keyDigest} failed: ${describeError(error)}`);
+      }
+    }
+  }
+
+  private async completeWithRetry(payload: StoredPayload): Promise<CompletionResult> {
+    const { store, retry, logger, emit } = this.context;
+    let delay = retry.initialDelayMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await store.complete(this.lease, payload);
+        emit(() => ({
+          type: 'completed',
+          scope: this.scope,
+          keyDigest: this.keyDigest,
+          actionMs: performance.now() - this.startedAt,
+        }));
+        return 'stored';
+      } catch (error) {
+        if (error instanceof IdempotencyLeaseLostError) {
+          // Someone else owns the record now; their result stands, ours is still the caller's.
+          logger.warn(
+            `completion of ${this.keyDigest} refused: the lease was lost; the newer owner's result stands`,
+          );
+          emit(() => ({
+            type: 'lease-lost',
+            scope: this.scope,
+            keyDigest: this.keyDigest,
+            during: 'complete',
+          }));
+          return 'lease-lost';
+        }
+        if (error instanceof IdempotencyPayloadError) {
+          await this.releaseQuietly('not-storable');
+          throw new IdempotencyPayloadError(
+            `${this.keyDigest}: ${error.message}; the record was released`,
+            { cause: error },
+          );
+        }
+        if (attempt >= retry.attempts) {
+          emit(() => ({
+            type: 'completion-failed',
+            scope: this.scope,
+            keyDigest: this.keyDigest,
+            attempts: attempt,
+            error: describeError(error),
+          }));
+          throw new IdempotencyCompletionError(
+            `the action for ${this.keyDigest} ran but its result could not be stored after ${attempt} attempts: ${describeError(error)}`,
+            this.scope,
+            this.keyDigest,
+            { cause: error },
+          );
+        }
+        emit(() => ({
+          type: 'completion-retry',
+          scope: this.scope,
+          keyDigest: this.keyDigest,
+          attempt,
+          error: describeError(error),
+        }));
+        logger.warn(
+          `completion of ${this.keyDigest} failed (attempt ${attempt}), retrying in ${delay} ms: ${describeError(error)}`,
+        );
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        delay = Math.min(delay * 2, retry.maxDelayMs);
+      }
+    }
+  }
+
+  private async releaseQuietly(reason: 'action-failed' | 'not-storable'): Promise<void> {
+    const { store, logger, emit } = this.context;
+    try {
+      await store.release(this.lease);
+      emit(() => ({ type: 'released', scope: this.scope, keyDigest: this.keyDigest, reason }));
+    } catch (error) {
+      if (error instanceof IdempotencyLeaseLostError) {
+        emit(() => ({
+          type: 'lease-lost',
+          scope: this.scope,
+          keyDigest: this.keyDigest,
+          during: 'release',
+        }));
+        return;
+      }
+      // The lease will lapse and the next caller steals it; the original error matters more.
+      logger.warn(`release of ${this.keyDigest} failed; its lease will lapse instead: ${describeError(error)}`);
+      emit(() => ({
+        type: 'release-failed',
+        scope: this.scope,
+        keyDigest: this.keyDigest,
+        error: describeError(error),
+      }));
+    }
+  }
+}
+
+export function describeError(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}

@@ -1,0 +1,60 @@
+import { decide, ObservedRecord } from './decide';
+import type { AcquireRequest, AcquireResult, Lease } from './store';
+import type { WaiterRegistry } from './waiters';
+
+/** What one atomic look at a record found. */
+export type Observation =
+  | { kind: 'acquired'; lease: Lease }
+  | { kind: 'record'; record: ObservedRecord }
+  /** The record changed while the look was under way (a stale read): look again at once. */
+  | { kind: 'changed' };
+
+export interface WaitForRecordOptions {
+  request: AcquireRequest;
+  /**
+   * One atomic look: insert, steal, or report what is there. `watch` is true
+   * when the caller will wait should the record be in flight (a store that
+   * wakes waiters only for watched records marks it in the same look).
+   */
+  look: (watch: boolean) => Promise<Observation>;
+  waiters: WaiterRegistry;
+  /** The record's id in `waiters`. */
+  waiterId: string;
+  /** Most tickets parked in this process; one more is answered in flight at once. */
+  maxWaiters: number;
+  /** The longest single wait before looking again without a wake-up (the fallback poll). */
+  pollMs: () => number;
+}
+
+/**
+ * The wait every built-in store shares: take a ticket, look, and while the
+ * record is in flight wait for a wake-up (completion or release), the holder's
+ * lease to end, the poll, or the caller's `waitTimeoutMs`, whichever is first.
+ * The ticket is taken before the look, so a wake-up that arrives while the
+ * look is under way is not lost.
+ */
+export async function waitForRecord(options: WaitForRecordOptions): Promise<AcquireResult> {
+  const { request, look, waiters, waiterId, maxWaiters } = options;
+  const willWait = request.waitTimeoutMs > 0;
+  // The wait is this caller's own patience, so this process's clock measures it.
+  const deadline = Date.now() + request.waitTimeoutMs;
+  for (;;) {
+    const ticket = willWait ? waiters.register(waiterId) : undefined;
+    try {
+      const observed = await look(willWait);
+      if (observed.kind === 'acquired') return observed;
+      if (observed.kind === 'changed') continue;
+      const decision = decide(observed.record, request.fingerprint);
+      if (decision.kind !== 'busy') return decision;
+      const waitLeftMs = deadline - Date.now();
+      // The ticket counts itself: past the cap, answer at once rather than hold one more.
+      if (!ticket || waitLeftMs <= 0 || waiters.size > maxWaiters) {
+        return { kind: 'in-flight', retryAfterMs: decision.retryAfterMs };
+      }
+      waiters.waiting(request.scope);
+      await ticket.wait(Math.min(waitLeftMs, decision.retryAfterMs + 1, options.pollMs()));
+    } finally {
+      ticket?.dispose();
+    }
+  }
+}

@@ -1,0 +1,405 @@
+import type { CallHandler, ExecutionContext } from '@nestjs/common';
+import type { HttpAdapterHost } from '@nestjs/core';
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { createHash } from 'node:crypto';
+import { from, lastValueFrom, Observable } from 'rxjs';
+import type { IdempotencyEngine } from '../../core/engine';
+import {
+  IdempotencyCompletionError,
+  IdempotencyFingerprintMismatchException,
+  IdempotencyInFlightException,
+  IdempotencyKeyError,
+  IdempotencyPayloadError,
+  IdempotencyStoreUnavailableError,
+} from '../../core/errors';
+import type { Execution } from '../../core/execution';
+import type { IdempotencyLogger } from '../../core/logger';
+import { decodeHttpResponse, encodeHttpResponse, HttpResponseRecord } from '../../core/payload';
+import type { HandlerPlan } from '../handler-plan';
+import { NEVER_STORED_HEADERS, StoredHttpResponse } from '../idempotency.options';
+import type { HttpKeySource } from '../idempotent.decorator';
+import { evaluateKey, ResolvedKey } from '../key-resolver';
+import type { ModuleSettings } from '../module-settings';
+import { requestFingerprint } from './fingerprint';
+import { readKeyHeader } from './key-header';
+import { problem } from './problem';
+import { FinishedResponse, HeldResponse, Outgoing } from './raw-response';
+
+/** The parts of an Express or Fastify request the adapter reads. */
+interface HttpRequest {
+  method: string;
+  url: string;
+  originalUrl?: string;
+  headers: Record<string, string | string[] | undefined>;
+  rawHeaders?: string[];
+  raw?: { rawHeaders?: string[] };
+  body?: unknown;
+  params?: Record<string, unknown>;
+  query?: Record<string, unknown>;
+  user?: unknown;
+  file?: unknown;
+  files?: unknown;
+}
+
+/**
+ * HTTP handlers: the key (header, expression or function), the body checks,
+ * the fingerprint, and the response. What is stored is the response as the
+ * client receives it, held back from the socket until it is stored (every
+ * interceptor, serializer and filter has run by then); a replay writes those
+ * stored bytes, whatever the application's interceptors do with the replayed
+ * value on its way out.
+ */
+export class HttpIdempotency {
+  constructor(
+    private readonly engine: IdempotencyEngine,
+    private readonly settings: ModuleSettings,
+    private readonly adapterHost: HttpAdapterHost,
+    private readonly logger: IdempotencyLogger,
+  ) {}
+
+  handle(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Observable<unknown> {
+    return from(this.run(context, next, plan));
+  }
+
+  private async run(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Promise<unknown> {
+    const http = context.switchToHttp();
+    const request = http.getRequest<HttpRequest>();
+    const response = http.getResponse<ServerResponse | { raw: ServerResponse }>();
+    const raw = ('raw' in response ? response.raw : response) as ServerResponse;
+
+    const resolved = this.resolveKey(request, context, plan, response);
+    if (resolved.kind === 'absent') {
+      if (plan.required) {
+        throw this.refuse(
+          response,
+          problem(
+            400,
+            'idempotency-key-missing',
+            plan.key.kind === 'header'
+              ? `${plan.where} requires the ${this.settings.keyHeader} header`
+              : `${plan.where}: the request has no idempotency key (key: ${plan.key.kind === 'expression' ? `'${plan.key.expression.source}'` : 'a function'})`,
+          ),
+        );
+      }
+      return lastValueFrom(next.handle(), { defaultValue: undefined });
+    }
+    const bodyBytes = bodySize(request);
+    if (bodyBytes > this.settings.maxBodyBytes) {
+      throw this.refuse(
+        response,
+        problem(
+          413,
+          'idempotency-body-too-large',
+          `request body is ${bodyBytes} bytes; idempotent requests accept at most ${this.settings.maxBodyBytes}`,
+        ),
+      );
+    }
+    const fingerprint = this.fingerprint(request, context, plan, response);
+
+    let begun;
+    try {
+      begun = await this.engine.begin(plan.policy, {
+        key: resolved.key,
+        fingerprint,
+        tenant: this.settings.options.tenant?.(context),
+      });
+    } catch (error) {
+      throw this.refuse(response, this.refusal(error, plan));
+    }
+
+    if (begun.kind === 'replayed') {
+      const stored = decodeHttpResponse(begun.payload);
+      // Whatever the chain makes of the value on its way out, the stored bytes are written.
+      new HeldResponse(raw, async (finished) => replayOf(stored, finished));
+      return valueOf(stored);
+    }
+    return this.execute(next, plan, raw, begun.execution);
+  }
+
+  /** Runs the handler; the response the adapter then writes is stored before the client gets it. */
+  private async execute(
+    next: CallHandler,
+    plan: HandlerPlan,
+    raw: ServerResponse,
+    execution: Execution,
+  ): Promise<unknown> {
+    let returned = false;
+    let answeredEarly = false;
+    const held = new HeldResponse(raw, async (finished): Promise<Outgoing> => {
+      if (!returned) {
+        // Something answered before the handler returned (an outer timeout, say).
+        answeredEarly = true;
+        return { kind: 'as-finished' };
+      }
+      return this.complete(plan, execution, finished);
+    });
+    let value: unknown;
+    try {
+      value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+    } catch (error) {
+      // The action failed: the error response goes out as it is, and the key is free again.
+      held.release();
+      await execution.release('action-failed');
+      throw error;
+    }
+    if (answeredEarly) {
+      this.logger.warn(
+        `${plan.where}: the response was sent before the handler returned (an interceptor answered first); ${execution.keyDigest} was released`,
+      );
+      await execution.release('not-storable');
+      return value;
+    }
+    returned = true;
+    return value;
+  }
+
+  private async complete(
+    plan: HandlerPlan,
+    execution: Execution,
+    finished: FinishedResponse,
+  ): Promise<Outgoing> {
+    let record: HttpResponseRecord = {
+      status: finished.status,
+      headers: storedHeaders(finished.headers, plan.replayHeaders!),
+      body: finished.body,
+    };
+    try {
+      if (this.settings.options.sanitize) record = this.sanitize(record);
+      await execution.complete(encodeHttpResponse(record));
+      return { kind: 'as-finished' };
+    } catch (error) {
+      if (error instanceof IdempotencyCompletionError) {
+        this.logger.error(error.message);
+        return asOutgoing(
+          problem(503, 'idempotency-completion-failed', 'the request was processed but its outcome could not be recorded', 1000),
+        );
+      }
+      if (error instanceof IdempotencyPayloadError) {
+        this.logger.error(`${plan.where}: ${error.message}`);
+        return asOutgoing(
+          problem(500, 'idempotency-result-not-storable', 'the response could not be recorded for replay; the key was released'),
+        );
+      }
+      this.logger.error(`${plan.where}: storing the response failed: ${(error as Error).message}`);
+      await execution.release('not-storable').catch(() => undefined);
+      return asOutgoing(
+        problem(500, 'idempotency-result-not-storable', 'the response could not be recorded for replay; the key was released'),
+      );
+    }
+  }
+
+  /** `sanitize` sees a copy: the body parsed from the bytes being sent, never the live object. */
+  private sanitize(record: HttpResponseRecord): HttpResponseRecord {
+    const isJson = /[/+]json\b/i.test(String(record.headers['content-type'] ?? ''));
+    const view: StoredHttpResponse = {
+      kind: 'http',
+      status: record.status,
+      headers: { ...record.headers },
+      body: isJson && record.body.length > 0 ? JSON.parse(record.body.toString('utf8')) : Buffer.from(record.body),
+    };
+    const out = this.settings.options.sanitize!(view) as StoredHttpResponse;
+    const body = out.body;
+    return {
+      status: out.status,
+      headers: out.headers,
+      body: Buffer.isBuffer(body)
+        ? body
+        : Buffer.from(typeof body === 'string' ? body : (JSON.stringify(body) ?? ''), 'utf8'),
+    };
+  }
+
+  private resolveKey(
+    request: HttpRequest,
+    context: ExecutionContext,
+    plan: HandlerPlan,
+    response: unknown,
+  ): ResolvedKey {
+    if (plan.key.kind !== 'header') {
+      try {
+        return evaluateKey(plan, this.source(request, context));
+      } catch (error) {
+        throw this.refuse(response, problem(400, 'idempotency-key-invalid', (error as Error).message));
+      }
+    }
+    const header = readKeyHeader(
+      request.rawHeaders ?? request.raw?.rawHeaders,
+      request.headers ?? {},
+      this.settings.keyHeader,
+    );
+    if (header.kind === 'invalid') {
+      throw this.refuse(response, problem(400, 'idempotency-key-invalid', `${plan.where}: ${header.reason}`));
+    }
+    return header.kind === 'absent' ? { kind: 'absent' } : { kind: 'key', key: header.key };
+  }
+
+  private fingerprint(
+    request: HttpRequest,
+    context: ExecutionContext,
+    plan: HandlerPlan,
+    response: unknown,
+  ): string | null {
+    if (plan.fingerprint === false) return null;
+    if (plan.fingerprint !== 'default') return plan.fingerprint(this.source(request, context)) ?? null;
+    if (request.body === undefined && hasBody(request)) {
+      // No parser ran before this check (multipart through a FileInterceptor listed
+      // after @Idempotent, or a type without a parser): the body cannot be compared.
+      throw this.refuse(
+        response,
+        problem(
+          415,
+          'idempotency-body-unreadable',
+          `${plan.where}: the ${request.headers['content-type'] ?? 'request'} body was not parsed before the idempotency check, so a reused key with another body could not be detected; parse it first (put @UseInterceptors(FileInterceptor(…)) below @Idempotent()), or set the fingerprint option`,
+        ),
+      );
+    }
+    const url = request.originalUrl ?? request.url;
+    const q = url.indexOf('?');
+    return requestFingerprint({
+      method: request.method,
+      path: q < 0 ? url : url.slice(0, q),
+      query: q < 0 ? '' : url.slice(q + 1),
+      body: request.body,
+      files: uploadedFiles(request),
+    });
+  }
+
+  private source(request: HttpRequest, context: ExecutionContext): HttpKeySource {
+    return {
+      type: 'http',
+      body: request.body,
+      params: request.params ?? {},
+      query: request.query ?? {},
+      headers: request.headers ?? {},
+      user: request.user,
+      context,
+    };
+  }
+
+  /** Sets the problem document's headers on the response, so whichever filter sends it keeps them. */
+  private refuse(response: unknown, exception: ReturnType<typeof problem>): ReturnType<typeof problem> {
+    const adapter = this.adapterHost.httpAdapter;
+    adapter.setHeader(response, 'Content-Type', 'application/problem+json');
+    for (const [name, value] of Object.entries(exception.headers)) adapter.setHeader(response, name, value);
+    return exception;
+  }
+
+  private refusal(error: unknown, plan: HandlerPlan): ReturnType<typeof problem> {
+    if (error instanceof IdempotencyInFlightException) {
+      return problem(
+        409,
+        'idempotency-in-flight',
+        `a request with this ${this.settings.keyHeader} is still being processed`,
+        error.retryAfterMs,
+      );
+    }
+    if (error instanceof IdempotencyFingerprintMismatchException) {
+      return problem(
+        422,
+        'idempotency-key-reused',
+        `this ${this.settings.keyHeader} was already used with a different request`,
+      );
+    }
+    if (error instanceof IdempotencyKeyError) return problem(400, 'idempotency-key-invalid', error.message);
+    if (error instanceof IdempotencyStoreUnavailableError) {
+      this.logger.warn(`${plan.where}: idempotency store unavailable: ${error.message}`);
+      return problem(
+        503,
+        'idempotency-store-unavailable',
+        'the idempotency store is unavailable; retry later',
+        error.retryAfterMs,
+      );
+    }
+    throw error;
+  }
+}
+
+/** What goes out on a replay: the stored status, body and headers over the live response's own. */
+function replayOf(stored: HttpResponseRecord, finished: FinishedResponse): Outgoing {
+  const headers: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(finished.headers)) {
+    // What describes the body is the stored response's, not the re-serialized value's.
+    if (!BODY_HEADERS.has(name)) headers[name] = value;
+  }
+  Object.assign(headers, stored.headers, { 'idempotent-replayed': 'true' });
+  return { kind: 'replace', status: stored.status, headers, body: stored.body };
+}
+
+const BODY_HEADERS = new Set(['content-type', 'content-length', 'etag', 'transfer-encoding', 'content-encoding']);
+
+/** The stored body as the value outer interceptors see on a replay: parsed JSON, text, or bytes. */
+function valueOf(stored: HttpResponseRecord): unknown {
+  if (stored.body.length === 0) return undefined;
+  const type = String(stored.headers['content-type'] ?? '');
+  if (/[/+]json\b/i.test(type)) {
+    try {
+      return JSON.parse(stored.body.toString('utf8'));
+    } catch {
+      return stored.body.toString('utf8');
+    }
+  }
+  return /^text\//i.test(type) ? stored.body.toString('utf8') : stored.body;
+}
+
+function asOutgoing(exception: ReturnType<typeof problem>): Outgoing {
+  return {
+    kind: 'replace',
+    status: exception.problem.status,
+    headers: {
+      'content-type': 'application/problem+json',
+      ...Object.fromEntries(Object.entries(exception.headers).map(([k, v]) => [k.toLowerCase(), v])),
+    },
+    body: Buffer.from(JSON.stringify(exception.problem)),
+  };
+}
+
+function storedHeaders(
+  headers: OutgoingHttpHeaders,
+  allowed: Set<string>,
+): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || !allowed.has(name) || NEVER_STORED_HEADERS.includes(name)) continue;
+    out[name] = Array.isArray(value) ? value.map(String) : String(value);
+  }
+  return out;
+}
+
+function hasBody(request: HttpRequest): boolean {
+  const length = Number(request.headers['content-length']);
+  return (Number.isFinite(length) && length > 0) || request.headers['transfer-encoding'] !== undefined;
+}
+
+function bodySize(request: HttpRequest): number {
+  const declared = Number(request.headers['content-length']);
+  if (Number.isFinite(declared) && declared > 0) return declared;
+  const body = request.body;
+  if (body === undefined || body === null) return 0;
+  if (typeof body === 'string' || Buffer.isBuffer(body)) return Buffer.byteLength(body);
+  return Buffer.byteLength(JSON.stringify(body) ?? '');
+}
+
+/** multer's `file` / `files`, described by name, type, size and a digest of the content, never the bytes. */
+function uploadedFiles(request: HttpRequest): unknown {
+  if (request.file === undefined && request.files === undefined) return undefined;
+  const describe = (file: unknown): unknown => {
+    const f = file as { fieldname?: string; originalname?: string; mimetype?: string; size?: number; buffer?: Buffer; path?: string };
+    return {
+      field: f.fieldname,
+      name: f.originalname,
+      type: f.mimetype,
+      size: f.size,
+      content: Buffer.isBuffer(f.buffer)
+        ? createHash('sha256').update(f.buffer).digest('hex')
+        : (f.path ?? null),
+    };
+  };
+  const files = request.files;
+  return {
+    file: request.file === undefined ? null : describe(request.file),
+    files: Array.isArray(files)
+      ? files.map(describe)
+      : files && typeof files === 'object'
+        ? Object.fromEntries(Object.entries(files).map(([k, v]) => [k, ([] as unknown[]).concat(v).map(describe)]))
+        : null,
+  };
+}

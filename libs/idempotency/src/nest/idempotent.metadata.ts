@@ -1,0 +1,10 @@
+import { Reflector } from '@nestjs/core';
+import type { IdempotentOptions } from './idempotent.decorator';
+
+/**
+ * The `@Idempotent` options as metadata, on a method or a class. Read with
+ * `reflector.get(IdempotentMetadata, target)`.
+ */
+export const IdempotentMetadata = Reflector.createDecorator<IdempotentOptions>({
+  key: 'nest-idempotency:idempotent',
+});

@@ -1,0 +1,2 @@
+/** Injection token of the compiled `ModuleSettings` (the module's options, checked once). */
+export const MODULE_SETTINGS = Symbol('IdempotencyModuleSettings');

@@ -1,0 +1,118 @@
+import { parseDuration } from '../core/duration';
+import { IdempotencyConfigError } from '../core/errors';
+import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
+import type { IdempotencyStore } from '../core/store';
+import {
+  DEFAULT_KEY_HEADER,
+  DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_PURGE,
+  DEFAULT_RMQ,
+  IdempotencyDefaults,
+  IdempotencyModuleOptions,
+  IdempotencyRmqOptions,
+  RmqSettlement,
+} from './idempotency.options';
+
+const WHERE = 'IdempotencyModule';
+
+/** The module's options, checked once when the module starts, whether or not any handler uses them. */
+export interface ModuleSettings {
+  options: IdempotencyModuleOptions;
+  store: IdempotencyStore;
+  defaults: IdempotencyDefaults;
+  keyHeader: string;
+  required: boolean;
+  maxKeyLength: number;
+  maxBodyBytes: number;
+  replayHeaders: string[];
+  rmq: Required<IdempotencyRmqOptions>;
+  purge: { intervalMs: number; batchSize: number } | false;
+}
+
+/** Throws `IdempotencyConfigError` naming the option, so a typo fails the bootstrap rather than a request. */
+export function compileModuleSettings(options: IdempotencyModuleOptions | undefined): ModuleSettings {
+  if (!options?.store || typeof options.store.tryAcquire !== 'function') {
+    throw new IdempotencyConfigError(
+      `${WHERE}: option "store" is required (an IdempotencyStore such as new TypeOrmIdempotencyStore(dataSource) from nest-idempotency/typeorm)`,
+    );
+  }
+  const defaults = options.defaults ?? {};
+  for (const kind of ['lease', 'waitTimeout', 'ttl'] as const) {
+    if (defaults[kind] !== undefined) parseDuration(defaults[kind], kind, `defaults.${kind}`, WHERE);
+  }
+  const http = options.http ?? {};
+  for (const name of ['maxKeyLength', 'maxBodyBytes'] as const) {
+    const value = http[name];
+    if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
+      throw new IdempotencyConfigError(
+        `${WHERE}: option "http.${name}" must be a positive integer, got ${String(value)}`,
+      );
+    }
+  }
+  if (
+    http.keyHeader !== undefined &&
+    (typeof http.keyHeader !== 'string' || !/^[!#$%&'*+\-.^_`|~\w]+$/.test(http.keyHeader))
+  ) {
+    throw new IdempotencyConfigError(
+      `${WHERE}: option "http.keyHeader" must be a header name, got ${JSON.stringify(http.keyHeader)}`,
+    );
+  }
+  return {
+    options,
+    store: options.store,
+    defaults,
+    keyHeader: http.keyHeader ?? DEFAULT_KEY_HEADER,
+    required: http.required ?? true,
+    maxKeyLength: http.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH,
+    maxBodyBytes: http.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
+    replayHeaders: http.replayHeaders ?? [],
+    rmq: compileRmq(options.rmq, `${WHERE}: option "rmq`),
+    purge: compilePurge(options.purge),
+  };
+}
+
+const SETTLEMENTS: readonly RmqSettlement[] = ['ack', 'requeue', 'dead-letter'];
+
+/** Module-level `rmq`, or a handler's own over it; `label` starts the option's name in messages. */
+export function compileRmq(
+  rmq: IdempotencyRmqOptions | undefined,
+  label: string,
+  base: Required<IdempotencyRmqOptions> = DEFAULT_RMQ,
+): Required<IdempotencyRmqOptions> {
+  const out = { ...base };
+  if (!rmq) return out;
+  if (rmq.noAck !== undefined) {
+    if (typeof rmq.noAck !== 'boolean')
+      throw new IdempotencyConfigError(`${label}.noAck" must be true or false`);
+    out.noAck = rmq.noAck;
+  }
+  for (const name of ['replayed', 'inFlight', 'unavailable', 'rejected'] as const) {
+    const value = rmq[name];
+    if (value === undefined) continue;
+    if (!SETTLEMENTS.includes(value)) {
+      throw new IdempotencyConfigError(
+        `${label}.${name}" must be one of ${SETTLEMENTS.join(', ')}, got ${JSON.stringify(value)}`,
+      );
+    }
+    out[name] = value;
+  }
+  if (rmq.maxRequeueDelayMs !== undefined) {
+    if (!Number.isInteger(rmq.maxRequeueDelayMs) || rmq.maxRequeueDelayMs < 0) {
+      throw new IdempotencyConfigError(`${label}.maxRequeueDelayMs" must be a whole number of milliseconds`);
+    }
+    out.maxRequeueDelayMs = rmq.maxRequeueDelayMs;
+  }
+  return out;
+}
+
+function compilePurge(purge: IdempotencyModuleOptions['purge']): ModuleSettings['purge'] {
+  if (purge === false) return false;
+  const merged = { ...DEFAULT_PURGE, ...purge };
+  const intervalMs = parseDuration(merged.interval, 'interval', 'purge.interval', WHERE);
+  if (!Number.isInteger(merged.batchSize) || merged.batchSize < 1) {
+    throw new IdempotencyConfigError(
+      `${WHERE}: option "purge.batchSize" must be a positive integer, got ${String(merged.batchSize)}`,
+    );
+  }
+  return { intervalMs, batchSize: merged.batchSize };
+}

@@ -1,0 +1,40 @@
+/**
+ * The metadata keys Nest's own decorators write, read here by value so that
+ * nothing is deep-imported from Nest's internals and `@nestjs/microservices`
+ * stays optional. A unit test pins each one to Nest's constant, on both
+ * supported majors.
+ */
+export const NEST_METADATA = {
+  /** `@Controller(path)`, `@Get(path)`…: present on every route handler. */
+  path: 'path',
+  /** The route's RequestMethod. */
+  method: 'method',
+  /** `@Header(name, value)` on a route. */
+  headers: '__headers__',
+  /** Parameter decorators (`@Res()`, `@Next()`…), keyed `"<RouteParamtypes>:<index>"`. */
+  routeArguments: '__routeArguments__',
+  /** `@Sse()`. */
+  sse: '__sse__',
+  /** `@Res({ passthrough: true })`. */
+  responsePassthrough: '__responsePassthrough__',
+  /** `@Controller({ version })` or `@Version()`. */
+  version: '__version__',
+  /** `@MessagePattern` / `@EventPattern`: present on every message handler. */
+  pattern: 'microservices:pattern',
+  /** 1: request/response (`@MessagePattern`), 2: event (`@EventPattern`). */
+  patternHandler: 'microservices:handler_type',
+  /** `@SubscribeMessage` on a WebSocket gateway. */
+  websocketMessage: 'message',
+  /** `@WebSocketGateway()`. */
+  websocketGateway: 'websockets:is_gateway',
+  /** `@Resolver()` (GraphQL). */
+  graphqlResolver: 'graphql:resolver_type',
+  /** `@Query()`, `@Mutation()`, `@ResolveField()`… (GraphQL). */
+  graphqlResolverName: 'graphql:resolver_name',
+} as const;
+
+/** `RouteParamtypes` values of the parameter decorators that hand the handler the raw response. */
+export const ROUTE_PARAM = { response: 1, next: 2 } as const;
+
+/** `PatternHandler.EVENT`. */
+export const EVENT_HANDLER = 2;

@@ -1,0 +1,158 @@
+import type { CallHandler, ExecutionContext } from '@nestjs/common';
+import { from, lastValueFrom, Observable } from 'rxjs';
+import type { IdempotencyEngine } from '../../core/engine';
+import {
+  IdempotencyError,
+  IdempotencyFingerprintMismatchException,
+  IdempotencyInFlightException,
+  IdempotencyKeyError,
+  IdempotencyStoreUnavailableError,
+} from '../../core/errors';
+import type { IdempotencyLogger } from '../../core/logger';
+import { decodeValue, encodeValue } from '../../core/payload';
+import type { StoredPayload } from '../../core/store';
+import type { HandlerPlan } from '../handler-plan';
+import type { StoredRpcResult } from '../idempotency.options';
+import type { RpcKeySource } from '../idempotent.decorator';
+import { evaluateKey, ResolvedKey } from '../key-resolver';
+import type { ModuleSettings } from '../module-settings';
+import { messageView } from './message-view';
+import { settleDelivery } from './rmq-settlement';
+import { rpcExceptions } from './rpc-exceptions';
+
+/**
+ * Message handlers (`@MessagePattern`, `@EventPattern`): the key from the
+ * payload or the transport's message, the stored result (the handler's return
+ * value as JSON), the replay, and refusals as RPC exceptions, with RabbitMQ
+ * deliveries settled when their handler does not run.
+ */
+export class MessageIdempotency {
+  constructor(
+    private readonly engine: IdempotencyEngine,
+    private readonly settings: ModuleSettings,
+    private readonly logger: IdempotencyLogger,
+  ) {}
+
+  handle(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Observable<unknown> {
+    return from(this.run(context, next, plan));
+  }
+
+  private async run(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Promise<unknown> {
+    const exceptions = rpcExceptions();
+    const source: RpcKeySource = {
+      type: 'rpc',
+      data: context.switchToRpc().getData(),
+      message: messageView(context),
+      context,
+    };
+    let resolved: ResolvedKey;
+    try {
+      resolved = evaluateKey(plan, source);
+    } catch (error) {
+      throw this.reject(context, plan, 'idempotency-key-invalid', (error as Error).message);
+    }
+    if (resolved.kind === 'absent') {
+      if (plan.required) {
+        throw this.reject(context, plan, 'idempotency-key-missing', `${plan.where}: the message has no idempotency key`);
+      }
+      return lastValueFrom(next.handle(), { defaultValue: undefined });
+    }
+    const fingerprint = plan.fingerprint === false || plan.fingerprint === 'default' ? null : (plan.fingerprint(source) ?? null);
+
+    let begun;
+    try {
+      begun = await this.engine.begin(plan.policy, {
+        key: resolved.key,
+        fingerprint,
+        tenant: this.settings.options.tenant?.(context),
+      });
+    } catch (error) {
+      if (error instanceof IdempotencyInFlightException) {
+        settleDelivery(context, plan.rmq!, 'inFlight', error.retryAfterMs);
+        throw exceptions.inFlight(error.retryAfterMs, error.scope, error.keyDigest);
+      }
+      if (error instanceof IdempotencyStoreUnavailableError) {
+        this.logger.warn(`${plan.where}: idempotency store unavailable: ${error.message}`);
+        settleDelivery(context, plan.rmq!, 'unavailable', error.retryAfterMs);
+        throw exceptions.unavailable(error.retryAfterMs, 'the idempotency store is unavailable; retry later');
+      }
+      if (error instanceof IdempotencyFingerprintMismatchException) {
+        throw this.reject(context, plan, 'idempotency-key-reused', `${error.keyDigest} was already used with a different message`);
+      }
+      if (error instanceof IdempotencyKeyError) {
+        throw this.reject(context, plan, 'idempotency-key-invalid', error.message);
+      }
+      throw error;
+    }
+
+    if (begun.kind === 'replayed') {
+      settleDelivery(context, plan.rmq!, 'replayed');
+      // Always a value: an empty stream would make Kafka retry and a request/reply hang.
+      return decodeValue(begun.payload) ?? null;
+    }
+    const { execution } = begun;
+    let value: unknown;
+    try {
+      value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+    } catch (error) {
+      await execution.release('action-failed');
+      throw error;
+    }
+    let payload: StoredPayload;
+    try {
+      payload = this.encode(value);
+    } catch (error) {
+      await execution.release('not-storable');
+      this.logger.error(`${plan.where}: ${(error as Error).message}`);
+      throw exceptions.rejected('idempotency-result-not-storable', `${plan.where}: ${(error as Error).message}`);
+    }
+    try {
+      await execution.complete(payload);
+    } catch (error) {
+      if (error instanceof IdempotencyError) {
+        this.logger.error(`${plan.where}: ${error.message}`);
+        throw exceptions.rejected(error.name, error.message);
+      }
+      throw error;
+    }
+    return value;
+  }
+
+  /**
+   * The handler's value as stored: JSON (class instances as class-transformer
+   * makes them plain, when it is installed, as ClassSerializerInterceptor
+   * would, so fields it excludes are never stored). `sanitize` sees a copy.
+   */
+  private encode(value: unknown): StoredPayload {
+    const plain = toPlain(value);
+    if (!this.settings.options.sanitize) return encodeValue(plain);
+    const copy: StoredRpcResult = {
+      kind: 'rpc',
+      value: plain === undefined ? undefined : JSON.parse(JSON.stringify(plain) ?? 'null'),
+    };
+    return encodeValue((this.settings.options.sanitize(copy) as StoredRpcResult).value);
+  }
+
+  private reject(context: ExecutionContext, plan: HandlerPlan, code: string, message: string): Error {
+    this.logger.warn(`${plan.where}: delivery refused (${code}): ${message}`);
+    settleDelivery(context, plan.rmq!, 'rejected');
+    return rpcExceptions().rejected(code, message);
+  }
+}
+
+let classTransformer: { instanceToPlain(value: unknown): unknown } | null | undefined;
+
+function toPlain(value: unknown): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  const prototype = Object.getPrototypeOf(Array.isArray(value) ? (value[0] ?? {}) : value);
+  if (prototype === Object.prototype || prototype === null) return value;
+  if (classTransformer === undefined) {
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      classTransformer = require('class-transformer') as { instanceToPlain(value: unknown): unknown };
+    } catch {
+      classTransformer = null;
+    }
+  }
+  return classTransformer ? classTransformer.instanceToPlain(value) : value;
+}

@@ -1,0 +1,2 @@
+/** `nest-idempotency/testing`: the store conformance kit. */
+export * from './testing/index';
