@@ -1,5 +1,5 @@
 import { DataSource } from 'typeorm';
-import { createTableSql } from 'nest-idempotency/typeorm';
+import { schemaSql } from 'nest-idempotency/typeorm';
 import { runCli } from '../../libs/idempotency/src/cli';
 import type { Interrupt } from '../../libs/idempotency/src/cli';
 import { testDatabaseUrl } from '../support/postgres';
@@ -32,7 +32,7 @@ export async function createRecordsTable(
   schema: string,
   table = 'idempotency_records',
 ): Promise<void> {
-  for (const sql of createTableSql({ schema, table })) await dataSource.query(sql);
+  for (const sql of schemaSql({ schema, table })) await dataSource.query(sql);
 }
 
 /**

@@ -2,7 +2,7 @@ import { ChildProcess, fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
-import { createTableSql } from 'nest-idempotency/typeorm';
+import { schemaSql } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { ADAPTERS, AdapterName, Reply, send } from '../support/http-app';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
@@ -70,7 +70,7 @@ describe.each(ADAPTERS)('HTTP across two OS processes over %s', (adapter) => {
   beforeAll(async () => {
     dataSource = await openDataSource();
     // Both processes share this table; it is created once, here, as a migration would.
-    for (const statement of createTableSql({ schema, table: 'idempotency_records' })) {
+    for (const statement of schemaSql({ schema, table: 'idempotency_records' })) {
       await dataSource.query(statement);
     }
     await dataSource.query(

@@ -12,7 +12,7 @@ import {
 import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import {
-  decodePayload,
+  decodeHttpResponse,
   Idempotent,
   IdempotencyEngine,
   IdempotencyModule,
@@ -91,14 +91,6 @@ function redactCardNumber(result: StoredResult): StoredResult {
   const body = result.body as Record<string, unknown> | null;
   if (!body || typeof body !== 'object' || !('cardNumber' in body)) return result;
   return { ...result, body: { ...body, cardNumber: '[redacted]' } };
-}
-
-/** How the store holds an HTTP result (internal to the library; read here to see what was stored). */
-interface PersistedHttpResponse {
-  kind: 'http';
-  status: number;
-  headers: Record<string, string | string[]>;
-  bodyJson: string;
 }
 
 const LEASE_MS = 45_000;
@@ -266,12 +258,12 @@ describe.each(ADAPTERS)('HTTP module options over %s', (adapter) => {
 
         const record = await store.find({ scope: 'OptionsController.card', key: k });
         expect(record?.state).toBe('COMPLETE');
-        // The HTTP record keeps the (sanitized) body as JSON text, for byte-identical replays.
-        const stored = record?.payload as PersistedHttpResponse;
-        expect(stored).toMatchObject({ kind: 'http', status: 201 });
-        const storedBody = decodePayload(stored.bodyJson);
+        // The HTTP record keeps the (sanitized) body as the bytes replays write.
+        const stored = decodeHttpResponse(record!.payload!);
+        expect(stored.status).toBe(201);
+        const storedBody = JSON.parse(stored.body.toString('utf8'));
         expect(storedBody).toEqual({ ...original, cardNumber: '[redacted]' });
-        expect(JSON.stringify(record)).not.toContain('4111111111111111');
+        expect(record!.payload!.toString('utf8')).not.toContain('4111111111111111');
 
         const replay = await send(url, 'POST', '/opts/card', { key: k });
         expect(replay.status).toBe(201);
@@ -495,11 +487,11 @@ describe.each(ADAPTERS)('HTTP module options over %s', (adapter) => {
     @Module({ controllers: [FeatureController], providers: [ChargeService] })
     class FeatureModule {}
 
-    it('exports the store and engine to modules that do not import IdempotencyModule', async () => {
+    it('is global: modules that do not import IdempotencyModule get the store, the engine and protected handlers', async () => {
       const store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
       const { app, url } = await startLoggedHttpApp(
         adapter,
-        { imports: [IdempotencyModule.forRoot({ store, isGlobal: true }), FeatureModule] },
+        { imports: [IdempotencyModule.forRoot({ store }), FeatureModule] },
         new CapturedLogs(),
       );
       try {
@@ -524,15 +516,11 @@ describe.each(ADAPTERS)('HTTP module options over %s', (adapter) => {
       }
     });
 
-    it('without isGlobal the same feature module cannot resolve the store', async () => {
+    it('refuses isGlobal: false, since the module is always global', async () => {
       const store = new TypeOrmIdempotencyStore(dataSource, { schema });
-      await expect(
-        Test.createTestingModule({
-          imports: [IdempotencyModule.forRoot({ store }), FeatureModule],
-        })
-          .setLogger(new CapturedLogs())
-          .compile(),
-      ).rejects.toThrow(/ChargeService/);
+      expect(() => IdempotencyModule.forRoot({ store, isGlobal: false })).toThrow(
+        'IdempotencyModule: option "isGlobal" cannot be false',
+      );
     });
   });
 });

@@ -265,13 +265,18 @@ describe.each(ADAPTERS)('HTTP over %s', (adapter) => {
     });
   });
 
-  it('answers 500 problem and releases the key when the result cannot be stored', async () => {
+  it('stores the 500 Nest sent for a result the adapter cannot serialize; a retry replays it, the handler ran once', async () => {
     const k = key();
+    const before = probe.count('unstorable');
     const reply = await send(url, 'POST', '/payments/unstorable', { key: k });
     expect(reply.status).toBe(500);
-    expect(reply.json()).toMatchObject({ code: 'idempotency-result-not-storable' });
+    const retry = await send(url, 'POST', '/payments/unstorable', { key: k });
+    expect(retry.status).toBe(500);
+    expect(retry.text).toBe(reply.text);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(probe.count('unstorable')).toBe(before + 1);
     await expect(
       store.find({ scope: 'PaymentsController.unstorable', key: k }),
-    ).resolves.toBeNull();
+    ).resolves.toMatchObject({ state: 'COMPLETE' });
   });
 });

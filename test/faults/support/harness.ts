@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { IdempotencyEngine, IdempotencyEvent } from 'nest-idempotency';
 import {
-  createTableSql,
+  schemaSql,
   TypeOrmIdempotencyStore,
   TypeOrmIdempotencyStoreOptions,
 } from 'nest-idempotency/typeorm';
@@ -228,7 +228,7 @@ export async function tearDownFaultCase(
 
 /** The records table (as the migration creates it) and the executions table the actions write to. */
 export async function createFaultTables(dataSource: DataSource, schema: string): Promise<void> {
-  for (const statement of createTableSql({ schema, table: 'idempotency_records' })) {
+  for (const statement of schemaSql({ schema, table: 'idempotency_records' })) {
     await dataSource.query(statement);
   }
   await dataSource.query(

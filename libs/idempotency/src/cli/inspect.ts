@@ -78,6 +78,9 @@ function payloadText(record: IdempotencyRecordView): string {
   if (record.state !== 'COMPLETE' || record.payload === undefined)
     return 'payload: none yet (the action has not completed)';
   const payload = describePayload(record.payload);
+  if (payload.kind === 'not-storable') {
+    return `payload: none: the action ran but its result could not be stored (${payload.reason}); a duplicate is refused`;
+  }
   if (payload.kind === 'value') {
     if (payload.value === undefined) return 'payload: undefined (the action returned nothing)';
     return `payload (as stored, after sanitize):\n${JSON.stringify(payload.value, null, 2)}`;

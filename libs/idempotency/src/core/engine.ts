@@ -124,9 +124,11 @@ export class IdempotencyEngine {
     try {
       payload = encodeValue(value);
     } catch (error) {
-      await execution.release('not-storable');
+      // The action ran: its record must say so, or a duplicate would run it again.
+      const reason = (error as Error).message;
+      await execution.completeNotStorable(reason);
       throw new IdempotencyPayloadError(
-        `${execution.keyDigest}: ${(error as Error).message}; the record was released`,
+        `${execution.keyDigest}: ${reason}; the action ran, so its record is completed without a result and a duplicate is refused`,
         { cause: error },
       );
     }

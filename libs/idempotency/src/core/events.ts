@@ -13,8 +13,15 @@ export type IdempotencyEvent =
       type: 'released';
       scope: string;
       keyDigest: string;
-      /** Why: the action threw, or its result could not be stored. */
-      reason: 'action-failed' | 'not-storable';
+      /** Why: the action threw, or something answered the caller before it returned. */
+      reason: 'action-failed' | 'answered-early';
+    }
+  | {
+      type: 'not-storable';
+      scope: string;
+      keyDigest: string;
+      /** Why the result could not be stored; the record is completed without it. */
+      reason: string;
     }
   | {
       type: 'lease-lost';

@@ -5,6 +5,7 @@ import {
 } from './errors';
 import type { IdempotencyEvent } from './events';
 import type { IdempotencyLogger } from './logger';
+import { encodeNotStorable, notStorableReason } from './payload';
 import type { IdempotencyStore, Lease, StoredPayload } from './store';
 
 export interface CompletionRetryOptions {
@@ -59,7 +60,9 @@ export class Execution {
    * reached (the record stays ours meanwhile: the heartbeat keeps beating);
    * throws `IdempotencyCompletionError` when every attempt failed, leaving the
    * record IN_PROGRESS (the work happened, so it is not released).
-   * A payload the store refuses (`IdempotencyPayloadError`) releases the record.
+   * A payload the store refuses (`IdempotencyPayloadError`: too large) is
+   * replaced by a not-storable marker, so a duplicate is refused instead of
+   * run again, and the error is thrown.
    */
   async complete(payload: StoredPayload): Promise<CompletionResult> {
     this.settle();
@@ -70,8 +73,23 @@ export class Execution {
     }
   }
 
+  /**
+   * The action ran but its result cannot be stored (not JSON, too large):
+   * completes the record with a marker saying so, so that a duplicate is
+   * refused rather than run a second time. Throws what `complete` throws.
+   */
+  completeNotStorable(reason: string): Promise<CompletionResult> {
+    this.context.emit(() => ({
+      type: 'not-storable',
+      scope: this.scope,
+      keyDigest: this.keyDigest,
+      reason,
+    }));
+    return this.complete(encodeNotStorable(reason));
+  }
+
   /** Deletes the record (the action failed: it leaves no trace); never throws. */
-  async release(reason: 'action-failed' | 'not-storable' = 'action-failed'): Promise<void> {
+  async release(reason: 'action-failed' | 'answered-early' = 'action-failed'): Promise<void> {
     this.settle();
     try {
       await this.releaseQuietly(reason);
@@ -143,10 +161,13 @@ export class Execution {
           }));
           return 'lease-lost';
         }
-        if (error instanceof IdempotencyPayloadError) {
-          await this.releaseQuietly('not-storable');
+        if (error instanceof IdempotencyPayloadError && notStorableReason(payload) === undefined) {
+          // Too large: record that the action ran, so that nothing runs it again.
+          payload = encodeNotStorable(error.message);
+          emit(() => ({ type: 'not-storable', scope: this.scope, keyDigest: this.keyDigest, reason: error.message }));
+          await this.completeWithRetry(payload);
           throw new IdempotencyPayloadError(
-            `${this.keyDigest}: ${error.message}; the record was released`,
+            `${this.keyDigest}: ${error.message}; the action ran, so its record is completed without a result and a duplicate is refused`,
             { cause: error },
           );
         }
@@ -181,7 +202,7 @@ export class Execution {
     }
   }
 
-  private async releaseQuietly(reason: 'action-failed' | 'not-storable'): Promise<void> {
+  private async releaseQuietly(reason: 'action-failed' | 'answered-early'): Promise<void> {
     const { store, logger, emit } = this.context;
     try {
       await store.release(this.lease);

@@ -7,6 +7,8 @@ import type { StoredPayload } from './store';
  *   u                              the action returned undefined
  *   v<JSON text>                   a JSON value
  *   h<JSON {s,h}>\n<body bytes>    an HTTP response: status, headers, then the body exactly as sent
+ *   x<JSON {reason}>               the action ran but its result could not be stored (a duplicate
+ *                                  is refused rather than run again)
  *   {…}                            a record written by 0.1 (its jsonb payload as text; see decodeLegacy)
  *
  * Encoded once when the action completes; a replay hands the same bytes back,
@@ -17,6 +19,7 @@ import type { StoredPayload } from './store';
 const UNDEFINED = 0x75; // u
 const VALUE = 0x76; // v
 const HTTP = 0x68; // h
+const NOT_STORABLE = 0x78; // x
 const LEGACY = 0x7b; // {
 
 const EMPTY = Buffer.from('u');
@@ -29,9 +32,32 @@ export function encodeValue(value: unknown): StoredPayload {
   return Buffer.from(`v${JSON.stringify(value)}`, 'utf8');
 }
 
-/** The value `encodeValue` stored (JSON: class instances come back as plain objects). */
+/**
+ * What is stored when the action ran but its result cannot be: its record is
+ * completed with this marker (never released, which would let a duplicate
+ * run the action a second time), and a duplicate is told the result is lost.
+ */
+export function encodeNotStorable(reason: string): StoredPayload {
+  return Buffer.from(`x${JSON.stringify({ reason })}`, 'utf8');
+}
+
+/** The reason a marker from `encodeNotStorable` gives, or undefined for a stored result. */
+export function notStorableReason(payload: StoredPayload): string | undefined {
+  if (payload[0] !== NOT_STORABLE) return undefined;
+  return (JSON.parse(payload.toString('utf8', 1)) as { reason: string }).reason;
+}
+
+/**
+ * The value `encodeValue` stored (JSON: class instances come back as plain
+ * objects). Throws `IdempotencyPayloadError` for a result that could not be
+ * stored: the action ran once, and its result is not there to replay.
+ */
 export function decodeValue(payload: StoredPayload): unknown {
   switch (payload[0]) {
+    case NOT_STORABLE:
+      throw new IdempotencyPayloadError(
+        `the action already ran, but its result could not be stored (${notStorableReason(payload)}); it is not run again`,
+      );
     case UNDEFINED:
       return undefined;
     case VALUE:
@@ -76,9 +102,12 @@ export function decodeHttpResponse(payload: StoredPayload): HttpResponseRecord {
 /** What a stored payload holds, for operators' tools (the CLI's inspect and list). */
 export type PayloadDescription =
   | { kind: 'value'; value: unknown }
+  | { kind: 'not-storable'; reason: string }
   | { kind: 'http'; status: number; headers: Record<string, string | string[]>; body: string; bodyEncoding: 'utf8' | 'base64' };
 
 export function describePayload(payload: StoredPayload): PayloadDescription {
+  const reason = notStorableReason(payload);
+  if (reason !== undefined) return { kind: 'not-storable', reason };
   if (payload[0] === HTTP || (payload[0] === LEGACY && decodeLegacy(payload).http)) {
     const { status, headers, body } = decodeHttpResponse(payload);
     const text = body.toString('utf8');

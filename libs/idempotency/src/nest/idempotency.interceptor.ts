@@ -12,6 +12,8 @@ import { HttpIdempotency } from './http/http-adapter';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { MessageIdempotency } from './rpc/message-adapter';
 
+const seen = new WeakSet<ExecutionContext>();
+
 /**
  * Applied by `@Idempotent()` itself, to the handler it decorates, so it runs
  * whatever the application's global configuration (a hybrid application's
@@ -36,7 +38,10 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const plan = this.explorer!.planFor(context.getClass(), context.getHandler());
-    if (!plan) return next.handle();
+    // @Idempotent on a class and on its method applies the interceptor twice; Nest
+    // hands both the same context for one call, and only the first one acts.
+    if (!plan || seen.has(context)) return next.handle();
+    seen.add(context);
     switch (context.getType()) {
       case 'http':
         return this.http!.handle(context, next, plan);

@@ -14,7 +14,12 @@ import {
 } from '../../core/errors';
 import type { Execution } from '../../core/execution';
 import type { IdempotencyLogger } from '../../core/logger';
-import { decodeHttpResponse, encodeHttpResponse, HttpResponseRecord } from '../../core/payload';
+import {
+  decodeHttpResponse,
+  encodeHttpResponse,
+  HttpResponseRecord,
+  notStorableReason,
+} from '../../core/payload';
 import type { HandlerPlan } from '../handler-plan';
 import { NEVER_STORED_HEADERS, StoredHttpResponse } from '../idempotency.options';
 import type { HttpKeySource } from '../idempotent.decorator';
@@ -108,6 +113,7 @@ export class HttpIdempotency {
     }
 
     if (begun.kind === 'replayed') {
+      if (notStorableReason(begun.payload) !== undefined) throw this.refuse(response, notStorableProblem());
       const stored = decodeHttpResponse(begun.payload);
       // Whatever the chain makes of the value on its way out, the stored bytes are written.
       new HeldResponse(raw, async (finished) => replayOf(stored, finished));
@@ -146,7 +152,7 @@ export class HttpIdempotency {
       this.logger.warn(
         `${plan.where}: the response was sent before the handler returned (an interceptor answered first); ${execution.keyDigest} was released`,
       );
-      await execution.release('not-storable');
+      await execution.release('answered-early');
       return value;
     }
     returned = true;
@@ -165,27 +171,47 @@ export class HttpIdempotency {
     };
     try {
       if (this.settings.options.sanitize) record = this.sanitize(record);
+    } catch (error) {
+      return this.notStorable(plan, execution, `sanitize threw: ${(error as Error).message}`);
+    }
+    if (record.status >= 500) {
+      this.logger.warn(
+        `${plan.where}: the response sent after the handler returned is a ${record.status}; it is stored and replayed for ${execution.keyDigest}, since the handler ran`,
+      );
+    }
+    try {
       await execution.complete(encodeHttpResponse(record));
       return { kind: 'as-finished' };
     } catch (error) {
       if (error instanceof IdempotencyCompletionError) {
         this.logger.error(error.message);
         return asOutgoing(
-          problem(503, 'idempotency-completion-failed', 'the request was processed but its outcome could not be recorded', 1000),
+          problem(
+            503,
+            'idempotency-completion-failed',
+            'the request was processed but its outcome could not be recorded',
+            1000,
+          ),
         );
       }
       if (error instanceof IdempotencyPayloadError) {
+        // Too large for the store: the record says so (completed without a result).
         this.logger.error(`${plan.where}: ${error.message}`);
-        return asOutgoing(
-          problem(500, 'idempotency-result-not-storable', 'the response could not be recorded for replay; the key was released'),
-        );
+        return asOutgoing(notStorableProblem());
       }
-      this.logger.error(`${plan.where}: storing the response failed: ${(error as Error).message}`);
-      await execution.release('not-storable').catch(() => undefined);
-      return asOutgoing(
-        problem(500, 'idempotency-result-not-storable', 'the response could not be recorded for replay; the key was released'),
-      );
+      throw error;
     }
+  }
+
+  /** The handler ran but its response cannot be stored: complete without it, so nothing runs it twice. */
+  private async notStorable(plan: HandlerPlan, execution: Execution, reason: string): Promise<Outgoing> {
+    this.logger.error(`${plan.where}: the response for ${execution.keyDigest} cannot be stored: ${reason}`);
+    try {
+      await execution.completeNotStorable(reason);
+    } catch (error) {
+      this.logger.error(`${plan.where}: ${(error as Error).message}`);
+    }
+    return asOutgoing(notStorableProblem());
   }
 
   /** `sanitize` sees a copy: the body parsed from the bytes being sent, never the live object. */
@@ -338,6 +364,15 @@ function valueOf(stored: HttpResponseRecord): unknown {
     }
   }
   return /^text\//i.test(type) ? stored.body.toString('utf8') : stored.body;
+}
+
+/** The handler ran once, and what it answered could not be recorded: never run it again for this key. */
+function notStorableProblem(): ReturnType<typeof problem> {
+  return problem(
+    500,
+    'idempotency-result-not-storable',
+    'the request was processed, but its response could not be recorded for replay; retrying with this key will not run it again',
+  );
 }
 
 function asOutgoing(exception: ReturnType<typeof problem>): Outgoing {

@@ -9,7 +9,7 @@ import {
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
 import type { IdempotencyLogger } from '../../core/logger';
-import { decodeValue, encodeValue } from '../../core/payload';
+import { decodeValue, encodeNotStorable, encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
 import type { HandlerPlan } from '../handler-plan';
 import type { StoredRpcResult } from '../idempotency.options';
@@ -87,6 +87,11 @@ export class MessageIdempotency {
 
     if (begun.kind === 'replayed') {
       settleDelivery(context, plan.rmq!, 'replayed');
+      const lost = notStorableReason(begun.payload);
+      if (lost !== undefined) {
+        // The handler ran once; its result is not there to replay, and it is not run again.
+        return null;
+      }
       // Always a value: an empty stream would make Kafka retry and a request/reply hang.
       return decodeValue(begun.payload) ?? null;
     }
@@ -102,9 +107,10 @@ export class MessageIdempotency {
     try {
       payload = this.encode(value);
     } catch (error) {
-      await execution.release('not-storable');
-      this.logger.error(`${plan.where}: ${(error as Error).message}`);
-      throw exceptions.rejected('idempotency-result-not-storable', `${plan.where}: ${(error as Error).message}`);
+      // The handler ran: its record must say so, or a redelivery would run it again.
+      const reason = (error as Error).message;
+      this.logger.error(`${plan.where}: the result for ${execution.keyDigest} cannot be stored: ${reason}`);
+      payload = encodeNotStorable(reason);
     }
     try {
       await execution.complete(payload);
