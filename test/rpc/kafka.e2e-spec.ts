@@ -3,6 +3,7 @@ import {
   Ctx,
   EventPattern,
   KafkaContext,
+  KafkaRetriableException,
   MessagePattern,
   Payload,
   ServerKafka,
@@ -10,12 +11,7 @@ import {
 import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
-import {
-  Idempotent,
-  IdempotencyInFlightException,
-  IdempotencyInFlightRpcException,
-  IdempotencyModule,
-} from 'nest-idempotency';
+import { Idempotent, IdempotencyInFlightException, IdempotencyModule } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { Gate } from '../support/gate';
@@ -110,7 +106,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
 
   const deliver = (
     topic: string,
-    key: string | null,
+    key: string | Buffer | null,
     data: unknown,
     headers: Record<string, string> = {},
   ) =>
@@ -120,7 +116,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
       heartbeat: async () => undefined,
       pause: () => () => undefined,
       message: {
-        key: key === null ? null : Buffer.from(key),
+        key: key === null ? null : Buffer.isBuffer(key) ? key : Buffer.from(key),
         value: Buffer.from(JSON.stringify(data)),
         headers: Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, Buffer.from(v)])),
         offset: '0',
@@ -145,11 +141,12 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     const first = deliver('orders.placed', orderId, { orderId });
     await gate.entered.promise;
     const duplicate = deliver('orders.placed', orderId, { orderId });
-    await expect(duplicate).rejects.toBeInstanceOf(IdempotencyInFlightRpcException);
+    await expect(duplicate).rejects.toBeInstanceOf(KafkaRetriableException);
     const error = await duplicate.catch((e: unknown) => e);
     expect(error).toBeInstanceOf(IdempotencyInFlightException);
-    expect((error as IdempotencyInFlightRpcException).retryAfterMs).toBeGreaterThan(0);
-    expect((error as IdempotencyInFlightRpcException).keyDigest).not.toContain(orderId);
+    expect(error).toMatchObject({ code: 'idempotency-in-flight' });
+    expect((error as IdempotencyInFlightException).retryAfterMs).toBeGreaterThan(0);
+    expect((error as IdempotencyInFlightException).keyDigest).not.toContain(orderId);
     gate.release.open();
     await first;
     await deliver('orders.placed', orderId, { orderId }); // kafkajs' retry
@@ -169,7 +166,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     const first = deliver('orders.quote', orderId, { orderId }, headers);
     await gate.entered.promise;
     await expect(deliver('orders.quote', orderId, { orderId }, headers)).rejects.toBeInstanceOf(
-      IdempotencyInFlightRpcException,
+      IdempotencyInFlightException,
     );
     gate.release.open();
     await first;
@@ -204,7 +201,32 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
       (e: unknown) => e,
     );
     expect(error).toMatchObject({ status: 'error', code: 'idempotency-key-missing' });
-    expect(error).not.toBeInstanceOf(IdempotencyInFlightRpcException);
+    expect(error).not.toBeInstanceOf(IdempotencyInFlightException);
+    expect(error).not.toBeInstanceOf(KafkaRetriableException);
     expect(runs.get('placed') ?? 0).toBe(before);
+  });
+
+  it('tells binary message keys apart: two keys that are not UTF-8 are two records, each run once', async () => {
+    const before = runs.get('placed') ?? 0;
+    const a = Buffer.from('9fa1' + randomUUID().replace(/-/g, ''), 'hex');
+    const b = Buffer.from('8ea1' + a.subarray(2).toString('hex'), 'hex');
+    expect(a.toString('utf8')).toBe(b.toString('utf8')); // what a lossy decode would make of them
+    await deliver('orders.placed', a, { orderId: 'a' });
+    await deliver('orders.placed', b, { orderId: 'b' });
+    await deliver('orders.placed', a, { orderId: 'a' });
+    await deliver('orders.placed', b, { orderId: 'b' });
+    expect(runs.get('placed')).toBe(before + 2);
+    const records = await store.list({ scope: 'OrdersConsumer.placed', limit: 1000 });
+    const keys = records.map((r) => r.key);
+    expect(keys).toContain(`hex:${a.toString('hex')}`);
+    expect(keys).toContain(`hex:${b.toString('hex')}`);
+  });
+
+  it('takes a key framed by a schema registry (a leading 0x00) and runs it once', async () => {
+    const before = runs.get('placed') ?? 0;
+    const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, 1]), Buffer.from(randomUUID())]);
+    await expect(deliver('orders.placed', framed, { orderId: 'framed' })).resolves.toBeUndefined();
+    await expect(deliver('orders.placed', framed, { orderId: 'framed' })).resolves.toBeUndefined();
+    expect(runs.get('placed')).toBe(before + 1);
   });
 });

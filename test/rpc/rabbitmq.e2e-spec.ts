@@ -89,9 +89,7 @@ describeWithBroker('RabbitMQ message handlers against the real broker', () => {
 
   const start = async () => {
     const moduleRef = await Test.createTestingModule({
-      imports: [
-        IdempotencyModule.forRoot({ store, rmq: { nackOnInFlight: true, ackOnReplay: true } }),
-      ],
+      imports: [IdempotencyModule.forRoot({ store, rmq: { noAck: false } })],
       controllers: [PaymentsConsumer],
     }).compile();
     app = moduleRef.createNestMicroservice({

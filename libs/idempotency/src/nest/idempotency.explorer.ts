@@ -6,6 +6,7 @@ import { IdempotentMetadata } from './idempotent.metadata';
 import { MODULE_SETTINGS } from './module-settings.provider';
 import type { ModuleSettings } from './module-settings';
 import { NEST_METADATA } from './nest-metadata';
+import { preserveKafkaBytes } from './rpc/kafka-bytes';
 
 type ClassRef = { name: string; prototype: object };
 
@@ -52,6 +53,9 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       const classRef = wrapper.metatype as ClassRef | undefined;
       if (typeof classRef === 'function' && wrapper.instance) this.refuseProvider(classRef);
     }
+    // Message handlers: @nestjs/microservices is loaded now (a missing package fails the
+    // bootstrap), and Kafka keys keep their bytes.
+    if (this.hasMessageHandlers) preserveKafkaBytes();
     await this.settings.store.init?.();
   }
 

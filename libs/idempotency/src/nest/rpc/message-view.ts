@@ -1,5 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { keyFromBytes } from '../../core/key';
+import { rawKafkaBytes } from './kafka-bytes';
 import { microservices } from './microservices';
 
 /**
@@ -13,9 +14,11 @@ export function messageView(context: ExecutionContext): Record<string, unknown> 
   const { KafkaContext, RmqContext } = microservices();
   if (rpcContext instanceof KafkaContext) {
     const message = rpcContext.getMessage() as unknown as Record<string, unknown>;
+    // The broker's bytes where they were kept; Nest's parsed text otherwise.
+    const raw = rawKafkaBytes(message);
     return {
-      key: bytesAsText(message?.key),
-      headers: decodeHeaders(message?.headers),
+      key: bytesAsText(raw ? raw.key : message?.key),
+      headers: decodeHeaders(raw ? raw.headers : message?.headers),
       topic: rpcContext.getTopic(),
       partition: rpcContext.getPartition(),
       offset: message?.offset,
