@@ -99,7 +99,7 @@ describe('nest-idempotency errors and exit codes', () => {
       async (...args) => {
         const run = await cli(['--schema', schema, ...args]);
         expect(expectOneLine(run)).toBe(
-          `error: table ${schema}.idempotency_records does not exist; run the nest-idempotency migration (createIdempotencyMigration) or pass { ensureSchema: true } in development\n`,
+          `error: table ${schema}.idempotency_records does not exist; run the nest-idempotency migrations (createIdempotencyMigrations()) or pass { ensureSchema: true } in development\n`,
         );
         expect(run.code).toBe(4);
         const present = await admin.query(`SELECT to_regclass($1) AS t`, [

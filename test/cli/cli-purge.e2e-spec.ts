@@ -1,5 +1,5 @@
 import { DataSource } from 'typeorm';
-import { AcquireRequest } from 'nest-idempotency';
+import { AcquireRequest, encodeValue, Lease } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 import { cli, createRecordsTable, delay, tableSnapshot } from './cli-harness';
@@ -15,17 +15,18 @@ describe('nest-idempotency purge', () => {
   const at = (...args: string[]) => cli(['--schema', schema, ...args]);
   const scope = 'Purge.rules';
 
-  async function acquire(key: string, overrides: Partial<AcquireRequest> = {}): Promise<string> {
+  async function acquire(key: string, overrides: Partial<AcquireRequest> = {}): Promise<Lease> {
     const result = await store.tryAcquire({
       scope,
       key,
       leaseMs: LONG,
       ttlMs: LONG,
       waitTimeoutMs: 0,
+      fingerprint: null,
       ...overrides,
     });
     if (result.kind !== 'acquired') throw new Error(`seed: ${result.kind}`);
-    return result.leaseId;
+    return result.lease;
   }
 
   async function keys(): Promise<string[]> {
@@ -38,13 +39,13 @@ describe('nest-idempotency purge', () => {
     store = new TypeOrmIdempotencyStore(admin, { schema });
     // Due: three COMPLETE records past their TTL, one IN_PROGRESS past TTL and lease.
     for (const key of ['done-expired-1', 'done-expired-2', 'done-expired-3']) {
-      await store.complete({ scope, key }, await acquire(key), key, SHORT);
+      await store.complete(await acquire(key, { ttlMs: SHORT }), encodeValue(key));
     }
     await acquire('abandoned', { leaseMs: SHORT, ttlMs: SHORT });
     // Not due: a live result, a long-running action (TTL out, lease renewed), a lapsed lease within its TTL.
-    await store.complete({ scope, key: 'done-live' }, await acquire('done-live'), 1, LONG);
+    await store.complete(await acquire('done-live'), encodeValue(1));
     const running = await acquire('running', { leaseMs: SHORT, ttlMs: SHORT });
-    expect(await store.extend({ scope, key: 'running' }, running, LONG)).toBe(true);
+    expect(await store.extend({ ...running, leaseMs: LONG } as Lease)).toBe(true);
     await acquire('lapsed-within-ttl', { leaseMs: SHORT, ttlMs: LONG });
     await delay(SHORT + 150); // let the short TTLs and leases run out
   });

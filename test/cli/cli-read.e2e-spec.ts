@@ -1,5 +1,5 @@
 import { DataSource } from 'typeorm';
-import { keyDigest } from 'nest-idempotency';
+import { encodeValue, keyDigest } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 import { cli, createRecordsTable, delay, rowsMentioning, tableSnapshot } from './cli-harness';
@@ -35,31 +35,19 @@ describe('nest-idempotency list and inspect', () => {
         leaseMs,
         ttlMs,
         waitTimeoutMs: 0,
-        fingerprint: key === LIVE ? 'fp-live' : undefined,
+        fingerprint: key === LIVE ? 'fp-live' : null,
       });
       if (result.kind !== 'acquired') throw new Error(`seed: ${result.kind}`);
-      return result.leaseId;
+      return result.lease;
     };
     await acquire(PAYMENTS, LIVE, 600_000, 3_600_000);
     await acquire(PAYMENTS, LAPSED, 100, 3_600_000);
+    await store.complete(await acquire(ORDERS, DONE, 600_000, 3_600_000), encodeValue(RESULT));
     await store.complete(
-      { scope: ORDERS, key: DONE },
-      await acquire(ORDERS, DONE, 600_000, 3_600_000),
-      RESULT,
-      3_600_000,
-    );
-    await store.complete(
-      { scope: ORDERS, key: NOTHING },
       await acquire(ORDERS, NOTHING, 600_000, 3_600_000),
-      undefined,
-      3_600_000,
+      encodeValue(undefined),
     );
-    await store.complete(
-      { scope: OLD, key: STALE },
-      await acquire(OLD, STALE, 600_000, 3_600_000),
-      'old',
-      100,
-    );
+    await store.complete(await acquire(OLD, STALE, 600_000, 100), encodeValue('old'));
     await delay(250); // LAPSED's lease and STALE's TTL run out; nobody contends for them
   });
   afterAll(async () => {
@@ -243,6 +231,7 @@ describe('nest-idempotency list and inspect', () => {
         leaseMs: 600_000,
         ttlMs: 3_600_000,
         waitTimeoutMs: 0,
+        fingerprint: null,
       });
       expect(contender.kind).toBe('acquired');
       expect(await tableSnapshot(admin, schema)).not.toBe(before);

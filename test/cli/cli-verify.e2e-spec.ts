@@ -1,19 +1,9 @@
 import { DataSource } from 'typeorm';
 import { AcquireRequest } from 'nest-idempotency';
+import { STORE_CONTRACT } from 'nest-idempotency/testing';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
 import { cli, createRecordsTable, schemaExists, tableSnapshot } from './cli-harness';
-
-const GUARANTEES = [
-  'one-winner',
-  'replay',
-  'steal',
-  'fencing',
-  'wake',
-  'purge',
-  'database-clock',
-  'reads',
-];
 
 interface VerifyJson {
   scratchSchema: string;
@@ -38,6 +28,7 @@ describe('nest-idempotency verify', () => {
       leaseMs: 100,
       ttlMs: 100,
       waitTimeoutMs: 0,
+      fingerprint: null,
     });
     await store.close();
   });
@@ -64,48 +55,64 @@ describe('nest-idempotency verify', () => {
     return output;
   }
 
-  it('grades every guarantee PASS on the real server, in a scratch schema it drops, leaving the real table alone', async () => {
+  const ALL = STORE_CONTRACT.length;
+
+  it('grades every scenario of the contract PASS on the real server, in a scratch schema it drops, leaving the real table alone', async () => {
     const before = await tableSnapshot(admin, schema);
-    const { code, stdout, stderr } = await cli(['--schema', schema, 'verify']);
+    const { code, stdout, stderr } = await cli([
+      '--schema',
+      schema,
+      'verify',
+      '--race-iterations',
+      '200',
+    ]);
     expect(stderr).toBe('');
     const scratch = scratchOf(stdout);
     expect(stdout).toMatch(/│ Guarantee\s+│ Grade │ Measured\s+│/);
     for (const title of [
-      'One winner among 50 concurrent',
-      'Replay of a completed key',
-      'Steal after lease expiry',
-      'Fencing of a stale owner',
-      'Waiter woken by completion',
-      'Purge: COMPLETE past TTL;',
-      'Database clock decides leases',
-      'Reads move nothing (find, list,',
+      'gives exactly one of 50 concurrent',
+      'replays a completed key',
+      'lets the next caller steal an expired',
+      'refuses a stale owner after a steal',
+      'wakes a waiting duplicate',
+      'loses no wake-up when a waiter arrives',
+      'purges COMPLETE past its TTL and',
+      "the store's clock, not the process's",
+      'never changes a record',
     ]) {
       const row = stdout.split('\n').find((line) => line.includes(title));
-      expect(row).toMatch(/│ PASS {2}│/);
+      expect(row, title).toMatch(/│ PASS {2}│/);
     }
-    expect(stdout).toContain('8 PASS, 0 FAIL, 0 N/A: verified.');
+    expect(stdout).toContain(`${ALL} PASS, 0 FAIL, 0 N/A: verified.`);
     expect(stdout).toContain(`scratch schema ${scratch} dropped.`);
     expect(code).toBe(0);
     expect(await schemaExists(admin, scratch)).toBe(false);
     expect(await tableSnapshot(admin, schema)).toBe(before);
   });
 
-  it('prints the grades and the measured figures as JSON', async () => {
-    const { code, stdout } = await cli(['verify', '--json', '--concurrency', '12']);
+  it('prints the grades and the measured figures as JSON, scenario by scenario of the catalogue', async () => {
+    const { code, stdout } = await cli([
+      'verify',
+      '--json',
+      '--concurrency',
+      '12',
+      '--race-iterations',
+      '100',
+    ]);
     const output = jsonOf(stdout);
     expect(output.results.map((r) => [r.id, r.grade])).toEqual(
-      GUARANTEES.map((id) => [id, 'PASS']),
+      STORE_CONTRACT.map((scenario) => [scenario.id, 'PASS']),
     );
-    expect(output.summary).toEqual({ pass: 8, fail: 0, notApplicable: 0 });
+    expect(output.summary).toEqual({ pass: ALL, fail: 0, notApplicable: 0 });
     expect(output.scratchSchemaDropped).toBe(true);
     const measured = Object.fromEntries(output.results.map((r) => [r.id, r.measured]));
-    expect(measured['one-winner']).toMatch(
-      /^1 winner \(1 execution\), 11 replays of its result, 0 other, of 12 acquirers/,
+    expect(measured['wait.one-winner']).toMatch(
+      /^1 winner, 11 replays of 12 acquirers on 2 instances/,
     );
-    const wake = /^woken ([\d.]+) ms after complete\(\) was called/.exec(measured.wake);
-    expect(Number(wake?.[1])).toBeLessThan(250);
-    expect(measured['database-clock']).toMatch(/process clock moved ±1 h/);
-    expect(measured.purge).toMatch(/^purged 2 of 5 \(dry-run count 2, 0 due after\)/);
+    const wake = /^woken ([\d.]+) ms after complete\(\)/.exec(measured['wait.woken-by-completion']);
+    expect(Number(wake?.[1])).toBeLessThan(50);
+    expect(measured['wait.no-lost-wakeup']).toMatch(/^100 races, every waiter replayed/);
+    expect(measured['clock.store-decides']).toMatch(/process clock an hour off/);
     expect(code).toBe(0);
     expect(await schemaExists(admin, output.scratchSchema)).toBe(false);
   });
@@ -119,42 +126,46 @@ describe('nest-idempotency verify', () => {
       await extend.apply(this, args);
       return true; // a store that does not fence its heartbeat
     });
-    const { code, stdout } = await cli(['verify', '--json', '--concurrency', '4']);
+    const { code, stdout } = await cli([
+      'verify',
+      '--json',
+      '--concurrency',
+      '4',
+      '--race-iterations',
+      '50',
+    ]);
     const output = jsonOf(stdout);
     const grades = Object.fromEntries(output.results.map((r) => [r.id, r]));
-    expect(grades.fencing).toMatchObject({
+    expect(grades['fencing.stale-owner']).toMatchObject({
       grade: 'FAIL',
-      measured: expect.stringContaining('3/4 stale calls refused'),
+      measured: expect.stringContaining('a stale owner could extend'),
     });
-    expect(grades.fencing.measured).toContain('accepted: extend');
-    expect(output.results.filter((r) => r.id !== 'fencing').map((r) => r.grade)).toEqual(
-      Array(7).fill('PASS'),
-    );
+    expect(grades['fencing.settled-record'].grade).toBe('FAIL');
+    expect(output.summary.fail).toBeGreaterThanOrEqual(2);
     expect(code).toBe(1);
     expect(await schemaExists(admin, output.scratchSchema)).toBe(false);
   });
 
-  it('grades N/A, which is not a pass, when a guarantee cannot be set up, and exits 1', async () => {
+  it('grades N/A, which is not a pass, when a scenario cannot be set up, and exits 1', async () => {
     const tryAcquire = TypeOrmIdempotencyStore.prototype.tryAcquire;
-    let fencingCalls = 0;
+    let stealCalls = 0;
     vi.spyOn(TypeOrmIdempotencyStore.prototype, 'tryAcquire').mockImplementation(async function (
       this: TypeOrmIdempotencyStore,
       request: AcquireRequest,
     ) {
-      // The fencing check cannot take over the expired lease: no stale owner to fence.
-      if (request.scope === 'verify.fencing' && ++fencingCalls === 2) {
+      // The fencing scenario cannot take over the expired lease: no stale owner to fence.
+      if (request.scope.startsWith('contract-fencing.stale-owner-') && ++stealCalls === 2) {
         return { kind: 'in-flight', retryAfterMs: 0 };
       }
       return tryAcquire.call(this, request);
     });
-    const { code, stdout } = await cli(['verify', '--concurrency', '4']);
+    const { code, stdout } = await cli(['verify', '--concurrency', '4', '--race-iterations', '50']);
     scratchOf(stdout);
-    expect(stdout.split('\n').find((line) => line.includes('Fencing of a stale'))).toMatch(
-      /│ N\/A {3}│ no stale owner to fence: taking over the expired lease returned/,
+    expect(stdout.split('\n').find((line) => line.includes('refuses a stale owner'))).toMatch(
+      /│ N\/A {3}│ could not set up: acquiring k returned/,
     );
-    expect(stdout).toMatch(/returned\s+│\n│[^│\n]+│\s+│ in-flight/); // the cell wraps
     expect(stdout).toContain(
-      '7 PASS, 0 FAIL, 1 N/A: NOT VERIFIED: a guarantee could not be checked (N/A is not a pass).',
+      `${ALL - 1} PASS, 0 FAIL, 1 N/A: NOT VERIFIED: a guarantee could not be checked (N/A is not a pass).`,
     );
     expect(code).toBe(1);
   });

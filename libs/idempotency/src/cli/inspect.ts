@@ -49,7 +49,7 @@ export function addInspectCommand(program: Command, context: CommandContext): vo
             serverTime: now.toISOString(),
             record: {
               ...recordJson(record, now),
-              ...(record.payload === undefined ? {} : { payload: describePayload(record.payload) }),
+              ...payloadJson(record),
             },
           });
           return;
@@ -58,6 +58,25 @@ export function addInspectCommand(program: Command, context: CommandContext): vo
         context.print(payloadText(record));
       });
     });
+}
+
+/** `payloadKind` and `payload`: the stored value itself, or an HTTP response (its body as text or base64). */
+function payloadJson(record: IdempotencyRecordView): Record<string, unknown> {
+  if (record.payload === undefined) return {};
+  const described = describePayload(record.payload);
+  switch (described.kind) {
+    case 'value':
+      return {
+        payloadKind: 'value',
+        ...(described.value === undefined ? {} : { payload: described.value }),
+      };
+    case 'http': {
+      const { kind: _kind, ...response } = described;
+      return { payloadKind: 'http', payload: response };
+    }
+    case 'not-storable':
+      return { payloadKind: 'not-storable', notStorable: described.reason };
+  }
 }
 
 function fields(record: IdempotencyRecordView, now: Date): Array<[string, string]> {
@@ -85,7 +104,9 @@ function payloadText(record: IdempotencyRecordView): string {
     if (payload.value === undefined) return 'payload: undefined (the action returned nothing)';
     return `payload (as stored, after sanitize):\n${JSON.stringify(payload.value, null, 2)}`;
   }
-  const headers = Object.entries(payload.headers).map(([name, value]) => `  ${name}: ${String(value)}`);
+  const headers = Object.entries(payload.headers).map(
+    ([name, value]) => `  ${name}: ${String(value)}`,
+  );
   return [
     `payload (as stored, after sanitize): HTTP ${payload.status}`,
     ...headers,

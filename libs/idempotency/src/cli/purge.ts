@@ -7,7 +7,10 @@ import type { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
 import { DEFAULT_PURGE_BATCH } from '../core/store';
 
 /** Batches of at most 1000 rows, until one comes back short or `limit` is reached. */
-async function purgeAll(store: TypeOrmIdempotencyStore, limit = Number.POSITIVE_INFINITY): Promise<number> {
+async function purgeAll(
+  store: TypeOrmIdempotencyStore,
+  limit = Number.POSITIVE_INFINITY,
+): Promise<number> {
   let total = 0;
   for (;;) {
     const batch = Math.min(DEFAULT_PURGE_BATCH, limit - total);

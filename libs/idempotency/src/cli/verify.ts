@@ -95,7 +95,7 @@ export function addVerifyCommand(program: Command, context: CommandContext): voi
           renderTable(
             ['Guarantee', 'Grade', 'Measured'],
             outcome.results.map((r) => [r.guarantee, r.grade, r.measured]),
-            [34, 7, 72],
+            [50, 7, 60],
           ),
         );
         const verdict = outcome.interrupted

@@ -20,12 +20,20 @@ export interface ObservedRecord {
 }
 
 /** An IN_PROGRESS record whose lease ran out, or a COMPLETE one past its TTL, is taken by the next caller. */
-export function isStealable(state: RecordState, leaseLeftMs: number, expiresLeftMs: number): boolean {
+export function isStealable(
+  state: RecordState,
+  leaseLeftMs: number,
+  expiresLeftMs: number,
+): boolean {
   return state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0;
 }
 
 /** COMPLETE past its TTL; IN_PROGRESS only past its TTL and its lease, so a live action is never purged. */
-export function isPurgeable(state: RecordState, leaseLeftMs: number, expiresLeftMs: number): boolean {
+export function isPurgeable(
+  state: RecordState,
+  leaseLeftMs: number,
+  expiresLeftMs: number,
+): boolean {
   return expiresLeftMs <= 0 && (state === 'COMPLETE' || leaseLeftMs <= 0);
 }
 
@@ -42,7 +50,8 @@ export type Decision =
 
 /** For a record that was not acquired (and not stealable): replay it, refuse a mismatch, or report it busy. */
 export function decide(record: ObservedRecord, fingerprint: string | null): Decision {
-  if (fingerprintsConflict(fingerprint, record.fingerprint)) return { kind: 'fingerprint-mismatch' };
+  if (fingerprintsConflict(fingerprint, record.fingerprint))
+    return { kind: 'fingerprint-mismatch' };
   if (record.state === 'COMPLETE') {
     return {
       kind: 'duplicate',

@@ -1,7 +1,6 @@
 import { parseDuration } from './duration';
 import { IdempotencyConfigError } from './errors';
 
-
 function configError(run: () => unknown): IdempotencyConfigError {
   try {
     run();
@@ -97,13 +96,17 @@ describe('parseDuration', () => {
 
     it('bounds a ttl at 100 years, so every store can hold now + ttl (10^16 ms is refused)', () => {
       const error = configError(() => parseDuration(1e16, 'ttl', 'ttl', 'C.m'));
-      expect(error.message).toBe('C.m: option "ttl" is too long (10000000000000000); at most 100 years');
+      expect(error.message).toBe(
+        'C.m: option "ttl" is too long (10000000000000000); at most 100 years',
+      );
       expect(parseDuration('P36500D', 'ttl')).toBe(36_500 * 86_400_000);
       expect(() => parseDuration('P36501D', 'ttl')).toThrow(IdempotencyConfigError);
     });
 
     it('applies one rule per kind, whatever the option is called (defaults.ttl: P30D is a ttl)', () => {
-      expect(parseDuration('P30D', 'ttl', 'defaults.ttl', 'IdempotencyModule')).toBe(30 * 86_400_000);
+      expect(parseDuration('P30D', 'ttl', 'defaults.ttl', 'IdempotencyModule')).toBe(
+        30 * 86_400_000,
+      );
       const error = configError(() =>
         parseDuration('P30D', 'lease', 'defaults.lease', 'IdempotencyModule'),
       );

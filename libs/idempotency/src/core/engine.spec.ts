@@ -54,7 +54,8 @@ function setup(store = new InMemoryIdempotencyStore(), options: IdempotencyEngin
   const all: IdempotencyEvent[] = [];
   engine.onEvent((event) => {
     all.push(event);
-    if (['lease-lost', 'completion-retry', 'release-failed'].includes(event.type)) events.push(event);
+    if (['lease-lost', 'completion-retry', 'release-failed'].includes(event.type))
+      events.push(event);
   });
   afterEachHooks.push(() => said.push(...lines, ...events.map((e) => JSON.stringify(e))));
   return { store, engine, lines, events, all };
@@ -589,7 +590,10 @@ describe('an event for every edge and outcome, naming the record by digest only'
       }),
     );
     const holding = deferred();
-    const running = engine.execute(request({ key: 'held', fingerprint: 'f1' }), () => holding.promise);
+    const running = engine.execute(
+      request({ key: 'held', fingerprint: 'f1' }),
+      () => holding.promise,
+    );
     await rejection(engine.execute(request({ key: 'held', fingerprint: 'f1' }), async () => 1));
     await rejection(engine.execute(request({ key: 'held', fingerprint: 'f2' }), async () => 1));
     holding.resolve();
@@ -629,9 +633,20 @@ describe('policies: checked once, reused per call', () => {
   it('run() with a compiled policy behaves as execute()', async () => {
     const { engine } = setup();
     const policy = engine.policy({ scope: SCOPE, ttl: 'P1D' });
-    expect(policy).toMatchObject({ scope: SCOPE, leaseMs: 30_000, waitTimeoutMs: 10_000, ttlMs: 86_400_000 });
-    await expect(engine.run(policy, { key: KEY }, async () => 'v')).resolves.toEqual({ kind: 'executed', value: 'v' });
-    await expect(engine.run(policy, { key: KEY }, async () => 'w')).resolves.toMatchObject({ kind: 'replayed', value: 'v' });
+    expect(policy).toMatchObject({
+      scope: SCOPE,
+      leaseMs: 30_000,
+      waitTimeoutMs: 10_000,
+      ttlMs: 86_400_000,
+    });
+    await expect(engine.run(policy, { key: KEY }, async () => 'v')).resolves.toEqual({
+      kind: 'executed',
+      value: 'v',
+    });
+    await expect(engine.run(policy, { key: KEY }, async () => 'w')).resolves.toMatchObject({
+      kind: 'replayed',
+      value: 'v',
+    });
   });
 
   it('keeps tenants apart under one scope, and never shows the tenant', async () => {

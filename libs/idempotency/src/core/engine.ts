@@ -4,12 +4,7 @@ import {
   IdempotencyPayloadError,
 } from './errors';
 import type { IdempotencyEvent, IdempotencyEventListener } from './events';
-import {
-  CompletionRetryOptions,
-  describeError,
-  Execution,
-  ExecutionContext,
-} from './execution';
+import { CompletionRetryOptions, describeError, Execution, ExecutionContext } from './execution';
 import { assertValidKey, keyDigest, storedScope } from './key';
 import type { IdempotencyLogger } from './logger';
 import { decodeValue, encodeValue } from './payload';
@@ -110,7 +105,11 @@ export class IdempotencyEngine {
   ): Promise<ExecuteOutcome<T>> {
     const begun = await this.begin(policy, call);
     if (begun.kind === 'replayed') {
-      return { kind: 'replayed', value: decodeValue(begun.payload) as T, completedAt: begun.completedAt };
+      return {
+        kind: 'replayed',
+        value: decodeValue(begun.payload) as T,
+        completedAt: begun.completedAt,
+      };
     }
     const { execution } = begun;
     let value: T;

@@ -99,7 +99,8 @@ export class Execution {
   }
 
   private settle(): void {
-    if (this.settled) throw new Error(`${this.keyDigest}: the execution was already completed or released`);
+    if (this.settled)
+      throw new Error(`${this.keyDigest}: the execution was already completed or released`);
     this.settled = true;
   }
 
@@ -164,7 +165,12 @@ export class Execution {
         if (error instanceof IdempotencyPayloadError && notStorableReason(payload) === undefined) {
           // Too large: record that the action ran, so that nothing runs it again.
           payload = encodeNotStorable(error.message);
-          emit(() => ({ type: 'not-storable', scope: this.scope, keyDigest: this.keyDigest, reason: error.message }));
+          emit(() => ({
+            type: 'not-storable',
+            scope: this.scope,
+            keyDigest: this.keyDigest,
+            reason: error.message,
+          }));
           await this.completeWithRetry(payload);
           throw new IdempotencyPayloadError(
             `${this.keyDigest}: ${error.message}; the action ran, so its record is completed without a result and a duplicate is refused`,
@@ -218,7 +224,9 @@ export class Execution {
         return;
       }
       // The lease will lapse and the next caller steals it; the original error matters more.
-      logger.warn(`release of ${this.keyDigest} failed; its lease will lapse instead: ${describeError(error)}`);
+      logger.warn(
+        `release of ${this.keyDigest} failed; its lease will lapse instead: ${describeError(error)}`,
+      );
       emit(() => ({
         type: 'release-failed',
         scope: this.scope,

@@ -163,7 +163,9 @@ describe('keyFromBytes', () => {
     const b = keyFromBytes(Buffer.from('8ea1', 'hex'));
     expect(a).toBe('hex:9fa1');
     expect(b).toBe('hex:8ea1');
-    expect(Buffer.from('9fa1', 'hex').toString('utf8')).toBe(Buffer.from('8ea1', 'hex').toString('utf8'));
+    expect(Buffer.from('9fa1', 'hex').toString('utf8')).toBe(
+      Buffer.from('8ea1', 'hex').toString('utf8'),
+    );
   });
 
   it('hex-encodes bytes with control characters (schema-registry framing starts with 0x00)', () => {

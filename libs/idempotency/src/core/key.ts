@@ -118,6 +118,7 @@ export function keyFromBytes(bytes: Uint8Array): string {
   } catch {
     text = undefined;
   }
-  if (text !== undefined && !hasControlCharacters(text) && !text.startsWith(HEX_PREFIX)) return text;
+  if (text !== undefined && !hasControlCharacters(text) && !text.startsWith(HEX_PREFIX))
+    return text;
   return `${HEX_PREFIX}${Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex')}`;
 }

@@ -136,14 +136,18 @@ describe('HTTP responses', () => {
     const decoded = decodeHttpResponse(legacy);
     expect(decoded.status).toBe(201);
     expect(decoded.body.toString()).toBe('{"z":1,"a":2}');
-    expect(decodeValue(Buffer.from('{"v": {"kind": "rpc", "value": {"ok": true}}}'))).toEqual({ ok: true });
+    expect(decodeValue(Buffer.from('{"v": {"kind": "rpc", "value": {"ok": true}}}'))).toEqual({
+      ok: true,
+    });
     expect(decodeValue(Buffer.from('{}'))).toBeUndefined();
   });
 
   it('describes payloads for operators: a value, or an HTTP response with a text or base64 body', () => {
     expect(describePayload(encodeValue({ a: 1 }))).toEqual({ kind: 'value', value: { a: 1 } });
     expect(
-      describePayload(encodeHttpResponse({ status: 200, headers: {}, body: Buffer.from('{"a":1}') })),
+      describePayload(
+        encodeHttpResponse({ status: 200, headers: {}, body: Buffer.from('{"a":1}') }),
+      ),
     ).toMatchObject({ kind: 'http', status: 200, body: '{"a":1}', bodyEncoding: 'utf8' });
     expect(
       describePayload(encodeHttpResponse({ status: 200, headers: {}, body: Buffer.from([0xff]) })),

@@ -89,7 +89,9 @@ export function decodeHttpResponse(payload: StoredPayload): HttpResponseRecord {
     if (legacy.http) return legacy.http;
   }
   if (payload[0] !== HTTP) {
-    throw new IdempotencyPayloadError(`stored payload is not an HTTP response (tag ${tagOf(payload)})`);
+    throw new IdempotencyPayloadError(
+      `stored payload is not an HTTP response (tag ${tagOf(payload)})`,
+    );
   }
   const end = payload.indexOf(0x0a);
   const head = JSON.parse(payload.toString('utf8', 1, end)) as {
@@ -103,7 +105,13 @@ export function decodeHttpResponse(payload: StoredPayload): HttpResponseRecord {
 export type PayloadDescription =
   | { kind: 'value'; value: unknown }
   | { kind: 'not-storable'; reason: string }
-  | { kind: 'http'; status: number; headers: Record<string, string | string[]>; body: string; bodyEncoding: 'utf8' | 'base64' };
+  | {
+      kind: 'http';
+      status: number;
+      headers: Record<string, string | string[]>;
+      body: string;
+      bodyEncoding: 'utf8' | 'base64';
+    };
 
 export function describePayload(payload: StoredPayload): PayloadDescription {
   const reason = notStorableReason(payload);

@@ -33,7 +33,10 @@ export interface ExecutionPolicy {
 }
 
 /** Throws `IdempotencyConfigError` naming `where` and the option when anything is unusable. */
-export function compilePolicy(options: PolicyOptions, where: string = options.scope): ExecutionPolicy {
+export function compilePolicy(
+  options: PolicyOptions,
+  where: string = options.scope,
+): ExecutionPolicy {
   const problem = scopeProblem(options.scope);
   if (problem) throw new IdempotencyConfigError(`${where}: option "scope" ${problem}`);
   const maxKeyLength = options.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH;

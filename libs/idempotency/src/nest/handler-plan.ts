@@ -113,7 +113,11 @@ export function compileHandlerPlan(
   return plan;
 }
 
-function compileKey(key: IdempotentOptions['key'], transport: Transport, where: string): KeyResolver {
+function compileKey(
+  key: IdempotentOptions['key'],
+  transport: Transport,
+  where: string,
+): KeyResolver {
   if (key === undefined) return { kind: 'header' };
   if (typeof key === 'function') return { kind: 'function', fn: key };
   if (typeof key === 'string') {

@@ -146,6 +146,9 @@ function describeProvider(classRef: ClassRef): string {
 function describeRoute(classRef: ClassRef): string {
   const path = Reflect.getMetadata(NEST_METADATA.path, classRef) as string | string[] | undefined;
   const version = Reflect.getMetadata(NEST_METADATA.version, classRef) as unknown;
-  const parts = [path === undefined ? undefined : `path ${JSON.stringify(path)}`, version === undefined ? undefined : `version ${JSON.stringify(version)}`].filter(Boolean);
+  const parts = [
+    path === undefined ? undefined : `path ${JSON.stringify(path)}`,
+    version === undefined ? undefined : `version ${JSON.stringify(version)}`,
+  ].filter(Boolean);
   return parts.length > 0 ? `, with ${parts.join(' and ')}` : '';
 }

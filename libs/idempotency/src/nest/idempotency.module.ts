@@ -48,13 +48,22 @@ import { MessageIdempotency } from './rpc/message-adapter';
       provide: HttpIdempotency,
       inject: [IdempotencyEngine, MODULE_SETTINGS, HttpAdapterHost],
       useFactory: (engine: IdempotencyEngine, settings: ModuleSettings, host: HttpAdapterHost) =>
-        new HttpIdempotency(engine, settings, host, settings.options.logger ?? new Logger('Idempotency')),
+        new HttpIdempotency(
+          engine,
+          settings,
+          host,
+          settings.options.logger ?? new Logger('Idempotency'),
+        ),
     },
     {
       provide: MessageIdempotency,
       inject: [IdempotencyEngine, MODULE_SETTINGS],
       useFactory: (engine: IdempotencyEngine, settings: ModuleSettings) =>
-        new MessageIdempotency(engine, settings, settings.options.logger ?? new Logger('Idempotency')),
+        new MessageIdempotency(
+          engine,
+          settings,
+          settings.options.logger ?? new Logger('Idempotency'),
+        ),
     },
     IdempotencyExplorer,
     IdempotencyPurgeScheduler,

@@ -136,7 +136,9 @@ function valueEscaper(parts: (string | PathSegment[])[]): (value: string) => str
 }
 
 function percent(ch: string): string {
-  return [...Buffer.from(ch, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join('');
+  return [...Buffer.from(ch, 'utf8')]
+    .map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`)
+    .join('');
 }
 
 function walk(root: unknown, path: PathSegment[]): unknown {

@@ -23,7 +23,9 @@ export function evaluateKey(plan: HandlerPlan, source: KeySource): ResolvedKey {
   if (value === undefined || value === null) return { kind: 'absent' };
   if (typeof value === 'number') value = String(value);
   if (typeof value !== 'string') {
-    throw new IdempotencyKeyError(`${plan.where}: key function returned ${typeof value}, not a string`);
+    throw new IdempotencyKeyError(
+      `${plan.where}: key function returned ${typeof value}, not a string`,
+    );
   }
   return { kind: 'key', key: value };
 }

@@ -30,7 +30,9 @@ export interface ModuleSettings {
 }
 
 /** Throws `IdempotencyConfigError` naming the option, so a typo fails the bootstrap rather than a request. */
-export function compileModuleSettings(options: IdempotencyModuleOptions | undefined): ModuleSettings {
+export function compileModuleSettings(
+  options: IdempotencyModuleOptions | undefined,
+): ModuleSettings {
   if (!options?.store || typeof options.store.tryAcquire !== 'function') {
     throw new IdempotencyConfigError(
       `${WHERE}: option "store" is required (an IdempotencyStore such as new TypeOrmIdempotencyStore(dataSource) from nest-idempotency/typeorm)`,
@@ -38,7 +40,8 @@ export function compileModuleSettings(options: IdempotencyModuleOptions | undefi
   }
   const defaults = options.defaults ?? {};
   for (const kind of ['lease', 'waitTimeout', 'ttl'] as const) {
-    if (defaults[kind] !== undefined) parseDuration(defaults[kind], kind, `defaults.${kind}`, WHERE);
+    if (defaults[kind] !== undefined)
+      parseDuration(defaults[kind], kind, `defaults.${kind}`, WHERE);
   }
   const http = options.http ?? {};
   for (const name of ['maxKeyLength', 'maxBodyBytes'] as const) {
@@ -98,7 +101,9 @@ export function compileRmq(
   }
   if (rmq.maxRequeueDelayMs !== undefined) {
     if (!Number.isInteger(rmq.maxRequeueDelayMs) || rmq.maxRequeueDelayMs < 0) {
-      throw new IdempotencyConfigError(`${label}.maxRequeueDelayMs" must be a whole number of milliseconds`);
+      throw new IdempotencyConfigError(
+        `${label}.maxRequeueDelayMs" must be a whole number of milliseconds`,
+      );
     }
     out.maxRequeueDelayMs = rmq.maxRequeueDelayMs;
   }

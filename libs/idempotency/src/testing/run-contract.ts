@@ -1,6 +1,6 @@
 import { AssertionError } from 'node:assert';
 import { ContractHarness, ContractScale, DEFAULT_SCALE } from './harness';
-import { ContractScenario, scenarioContext, STORE_CONTRACT } from './scenarios';
+import { ContractScenario, scenarioContext, ScenarioSetupError, STORE_CONTRACT } from './scenarios';
 
 export type Grade = 'PASS' | 'FAIL' | 'N/A';
 
@@ -66,8 +66,12 @@ async function grade(
     const measured = await scenario.run(scenarioContext(harness, scale, scenario.id));
     return { ...base, grade: 'PASS', measured, durationMs: performance.now() - started };
   } catch (error) {
+    const durationMs = performance.now() - started;
+    if (error instanceof ScenarioSetupError) {
+      return { ...base, grade: 'N/A', measured: error.message, durationMs };
+    }
     const measured =
       error instanceof AssertionError || error instanceof Error ? error.message : String(error);
-    return { ...base, grade: 'FAIL', measured, durationMs: performance.now() - started };
+    return { ...base, grade: 'FAIL', measured, durationMs };
   }
 }

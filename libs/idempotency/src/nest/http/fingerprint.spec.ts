@@ -9,7 +9,9 @@ describe('requestFingerprint', () => {
     const expected = createHash('sha256')
       .update('POST\n/orders\na=1&b=2\n{"amount":10,"items":["a","ключ-🔑"],"note":null}')
       .digest('hex');
-    expect(requestFingerprint({ method: 'post', path: '/orders', query: 'b=2&a=1', body })).toBe(expected);
+    expect(requestFingerprint({ method: 'post', path: '/orders', query: 'b=2&a=1', body })).toBe(
+      expected,
+    );
   });
 
   it('tells apart what the route pattern hid: the concrete path, the query, the method', () => {
@@ -34,12 +36,14 @@ describe('requestFingerprint', () => {
     expect(requestFingerprint({ ...base, body: Buffer.from('a') })).not.toBe(
       requestFingerprint({ ...base, body: Buffer.from('b') }),
     );
-    expect(requestFingerprint({ ...base, files: { file: { name: 'a.txt', content: 'x' } } })).not.toBe(
-      requestFingerprint({ ...base, files: { file: { name: 'a.txt', content: 'y' } } }),
-    );
+    expect(
+      requestFingerprint({ ...base, files: { file: { name: 'a.txt', content: 'x' } } }),
+    ).not.toBe(requestFingerprint({ ...base, files: { file: { name: 'a.txt', content: 'y' } } }));
   });
 
   it('treats an absent body as null', () => {
-    expect(requestFingerprint({ ...base, body: undefined })).toBe(requestFingerprint({ ...base, body: null }));
+    expect(requestFingerprint({ ...base, body: undefined })).toBe(
+      requestFingerprint({ ...base, body: null }),
+    );
   });
 });

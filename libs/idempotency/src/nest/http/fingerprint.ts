@@ -39,10 +39,14 @@ export function canonicalQuery(query: string): string {
 function canonicalBody(body: unknown): string {
   if (body === undefined || body === null) return 'null';
   if (Buffer.isBuffer(body)) return `bytes:${createHash('sha256').update(body).digest('hex')}`;
-  return stringify(body, (_key, value: unknown) =>
-    // Buffers inside (multer's file.buffer) by digest, not as {"type":"Buffer","data":[…]}.
-    isBufferJson(value) ? `bytes:${createHash('sha256').update(Buffer.from(value.data)).digest('hex')}` : value,
-  ) ?? 'null';
+  return (
+    stringify(body, (_key, value: unknown) =>
+      // Buffers inside (multer's file.buffer) by digest, not as {"type":"Buffer","data":[…]}.
+      isBufferJson(value)
+        ? `bytes:${createHash('sha256').update(Buffer.from(value.data)).digest('hex')}`
+        : value,
+    ) ?? 'null'
+  );
 }
 
 function isBufferJson(value: unknown): value is { type: 'Buffer'; data: number[] } {

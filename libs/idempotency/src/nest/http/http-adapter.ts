@@ -66,7 +66,11 @@ export class HttpIdempotency {
     return from(this.run(context, next, plan));
   }
 
-  private async run(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Promise<unknown> {
+  private async run(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+  ): Promise<unknown> {
     const http = context.switchToHttp();
     const request = http.getRequest<HttpRequest>();
     const response = http.getResponse<ServerResponse | { raw: ServerResponse }>();
@@ -113,7 +117,8 @@ export class HttpIdempotency {
     }
 
     if (begun.kind === 'replayed') {
-      if (notStorableReason(begun.payload) !== undefined) throw this.refuse(response, notStorableProblem());
+      if (notStorableReason(begun.payload) !== undefined)
+        throw this.refuse(response, notStorableProblem());
       const stored = decodeHttpResponse(begun.payload);
       // Whatever the chain makes of the value on its way out, the stored bytes are written.
       new HeldResponse(raw, async (finished) => replayOf(stored, finished));
@@ -204,8 +209,14 @@ export class HttpIdempotency {
   }
 
   /** The handler ran but its response cannot be stored: complete without it, so nothing runs it twice. */
-  private async notStorable(plan: HandlerPlan, execution: Execution, reason: string): Promise<Outgoing> {
-    this.logger.error(`${plan.where}: the response for ${execution.keyDigest} cannot be stored: ${reason}`);
+  private async notStorable(
+    plan: HandlerPlan,
+    execution: Execution,
+    reason: string,
+  ): Promise<Outgoing> {
+    this.logger.error(
+      `${plan.where}: the response for ${execution.keyDigest} cannot be stored: ${reason}`,
+    );
     try {
       await execution.completeNotStorable(reason);
     } catch (error) {
@@ -221,7 +232,10 @@ export class HttpIdempotency {
       kind: 'http',
       status: record.status,
       headers: { ...record.headers },
-      body: isJson && record.body.length > 0 ? JSON.parse(record.body.toString('utf8')) : Buffer.from(record.body),
+      body:
+        isJson && record.body.length > 0
+          ? JSON.parse(record.body.toString('utf8'))
+          : Buffer.from(record.body),
     };
     const out = this.settings.options.sanitize!(view) as StoredHttpResponse;
     const body = out.body;
@@ -244,7 +258,10 @@ export class HttpIdempotency {
       try {
         return evaluateKey(plan, this.source(request, context));
       } catch (error) {
-        throw this.refuse(response, problem(400, 'idempotency-key-invalid', (error as Error).message));
+        throw this.refuse(
+          response,
+          problem(400, 'idempotency-key-invalid', (error as Error).message),
+        );
       }
     }
     const header = readKeyHeader(
@@ -253,7 +270,10 @@ export class HttpIdempotency {
       this.settings.keyHeader,
     );
     if (header.kind === 'invalid') {
-      throw this.refuse(response, problem(400, 'idempotency-key-invalid', `${plan.where}: ${header.reason}`));
+      throw this.refuse(
+        response,
+        problem(400, 'idempotency-key-invalid', `${plan.where}: ${header.reason}`),
+      );
     }
     return header.kind === 'absent' ? { kind: 'absent' } : { kind: 'key', key: header.key };
   }
@@ -265,7 +285,8 @@ export class HttpIdempotency {
     response: unknown,
   ): string | null {
     if (plan.fingerprint === false) return null;
-    if (plan.fingerprint !== 'default') return plan.fingerprint(this.source(request, context)) ?? null;
+    if (plan.fingerprint !== 'default')
+      return plan.fingerprint(this.source(request, context)) ?? null;
     if (request.body === undefined && hasBody(request)) {
       // No parser ran before this check (multipart through a FileInterceptor listed
       // after @Idempotent, or a type without a parser): the body cannot be compared.
@@ -302,10 +323,14 @@ export class HttpIdempotency {
   }
 
   /** Sets the problem document's headers on the response, so whichever filter sends it keeps them. */
-  private refuse(response: unknown, exception: ReturnType<typeof problem>): ReturnType<typeof problem> {
+  private refuse(
+    response: unknown,
+    exception: ReturnType<typeof problem>,
+  ): ReturnType<typeof problem> {
     const adapter = this.adapterHost.httpAdapter;
     adapter.setHeader(response, 'Content-Type', 'application/problem+json');
-    for (const [name, value] of Object.entries(exception.headers)) adapter.setHeader(response, name, value);
+    for (const [name, value] of Object.entries(exception.headers))
+      adapter.setHeader(response, name, value);
     return exception;
   }
 
@@ -325,7 +350,8 @@ export class HttpIdempotency {
         `this ${this.settings.keyHeader} was already used with a different request`,
       );
     }
-    if (error instanceof IdempotencyKeyError) return problem(400, 'idempotency-key-invalid', error.message);
+    if (error instanceof IdempotencyKeyError)
+      return problem(400, 'idempotency-key-invalid', error.message);
     if (error instanceof IdempotencyStoreUnavailableError) {
       this.logger.warn(`${plan.where}: idempotency store unavailable: ${error.message}`);
       return problem(
@@ -350,7 +376,13 @@ function replayOf(stored: HttpResponseRecord, finished: FinishedResponse): Outgo
   return { kind: 'replace', status: stored.status, headers, body: stored.body };
 }
 
-const BODY_HEADERS = new Set(['content-type', 'content-length', 'etag', 'transfer-encoding', 'content-encoding']);
+const BODY_HEADERS = new Set([
+  'content-type',
+  'content-length',
+  'etag',
+  'transfer-encoding',
+  'content-encoding',
+]);
 
 /** The stored body as the value outer interceptors see on a replay: parsed JSON, text, or bytes. */
 function valueOf(stored: HttpResponseRecord): unknown {
@@ -381,7 +413,9 @@ function asOutgoing(exception: ReturnType<typeof problem>): Outgoing {
     status: exception.problem.status,
     headers: {
       'content-type': 'application/problem+json',
-      ...Object.fromEntries(Object.entries(exception.headers).map(([k, v]) => [k.toLowerCase(), v])),
+      ...Object.fromEntries(
+        Object.entries(exception.headers).map(([k, v]) => [k.toLowerCase(), v]),
+      ),
     },
     body: Buffer.from(JSON.stringify(exception.problem)),
   };
@@ -401,7 +435,9 @@ function storedHeaders(
 
 function hasBody(request: HttpRequest): boolean {
   const length = Number(request.headers['content-length']);
-  return (Number.isFinite(length) && length > 0) || request.headers['transfer-encoding'] !== undefined;
+  return (
+    (Number.isFinite(length) && length > 0) || request.headers['transfer-encoding'] !== undefined
+  );
 }
 
 function bodySize(request: HttpRequest): number {
@@ -417,7 +453,14 @@ function bodySize(request: HttpRequest): number {
 function uploadedFiles(request: HttpRequest): unknown {
   if (request.file === undefined && request.files === undefined) return undefined;
   const describe = (file: unknown): unknown => {
-    const f = file as { fieldname?: string; originalname?: string; mimetype?: string; size?: number; buffer?: Buffer; path?: string };
+    const f = file as {
+      fieldname?: string;
+      originalname?: string;
+      mimetype?: string;
+      size?: number;
+      buffer?: Buffer;
+      path?: string;
+    };
     return {
       field: f.fieldname,
       name: f.originalname,
@@ -434,7 +477,9 @@ function uploadedFiles(request: HttpRequest): unknown {
     files: Array.isArray(files)
       ? files.map(describe)
       : files && typeof files === 'object'
-        ? Object.fromEntries(Object.entries(files).map(([k, v]) => [k, ([] as unknown[]).concat(v).map(describe)]))
+        ? Object.fromEntries(
+            Object.entries(files).map(([k, v]) => [k, ([] as unknown[]).concat(v).map(describe)]),
+          )
         : null,
   };
 }

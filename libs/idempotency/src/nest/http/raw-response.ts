@@ -80,7 +80,8 @@ export class HeldResponse {
     delete res.write;
     delete res.end;
     // Own methods set before ours (another wrapper) are put back as they were.
-    if (this.res.writeHead !== this.originals.writeHead) this.res.writeHead = this.originals.writeHead;
+    if (this.res.writeHead !== this.originals.writeHead)
+      this.res.writeHead = this.originals.writeHead;
     if (this.res.write !== this.originals.write) this.res.write = this.originals.write;
     if (this.res.end !== this.originals.end) this.res.end = this.originals.end;
   }
@@ -120,7 +121,8 @@ function headersOf(rest: unknown[]): OutgoingHttpHeaders {
   if (!headers) return {};
   if (Array.isArray(headers)) {
     const out: OutgoingHttpHeaders = {};
-    for (let i = 0; i + 1 < headers.length; i += 2) out[String(headers[i]).toLowerCase()] = headers[i + 1];
+    for (let i = 0; i + 1 < headers.length; i += 2)
+      out[String(headers[i]).toLowerCase()] = headers[i + 1];
     return out;
   }
   return headers as OutgoingHttpHeaders;
@@ -128,6 +130,7 @@ function headersOf(rest: unknown[]): OutgoingHttpHeaders {
 
 function lowerCased(headers: OutgoingHttpHeaders): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(headers)) if (value !== undefined) out[name.toLowerCase()] = value;
+  for (const [name, value] of Object.entries(headers))
+    if (value !== undefined) out[name.toLowerCase()] = value;
   return out;
 }

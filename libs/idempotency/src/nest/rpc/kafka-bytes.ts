@@ -25,7 +25,10 @@ export function preserveKafkaBytes(): void {
   };
   if (prototype[PATCHED]) return;
   const parse = prototype.parse;
-  prototype.parse = function (this: unknown, data: { key?: unknown; headers?: Record<string, unknown> }) {
+  prototype.parse = function (
+    this: unknown,
+    data: { key?: unknown; headers?: Record<string, unknown> },
+  ) {
     const result = parse.call(this, data) as object;
     if (result && typeof result === 'object' && data && typeof data === 'object') {
       const raw: RawKafkaBytes = { key: data.key, headers: { ...(data.headers ?? {}) } };

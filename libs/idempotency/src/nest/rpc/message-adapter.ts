@@ -37,7 +37,11 @@ export class MessageIdempotency {
     return from(this.run(context, next, plan));
   }
 
-  private async run(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Promise<unknown> {
+  private async run(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+  ): Promise<unknown> {
     const exceptions = rpcExceptions();
     const source: RpcKeySource = {
       type: 'rpc',
@@ -53,11 +57,19 @@ export class MessageIdempotency {
     }
     if (resolved.kind === 'absent') {
       if (plan.required) {
-        throw this.reject(context, plan, 'idempotency-key-missing', `${plan.where}: the message has no idempotency key`);
+        throw this.reject(
+          context,
+          plan,
+          'idempotency-key-missing',
+          `${plan.where}: the message has no idempotency key`,
+        );
       }
       return lastValueFrom(next.handle(), { defaultValue: undefined });
     }
-    const fingerprint = plan.fingerprint === false || plan.fingerprint === 'default' ? null : (plan.fingerprint(source) ?? null);
+    const fingerprint =
+      plan.fingerprint === false || plan.fingerprint === 'default'
+        ? null
+        : (plan.fingerprint(source) ?? null);
 
     let begun;
     try {
@@ -74,10 +86,18 @@ export class MessageIdempotency {
       if (error instanceof IdempotencyStoreUnavailableError) {
         this.logger.warn(`${plan.where}: idempotency store unavailable: ${error.message}`);
         settleDelivery(context, plan.rmq!, 'unavailable', error.retryAfterMs);
-        throw exceptions.unavailable(error.retryAfterMs, 'the idempotency store is unavailable; retry later');
+        throw exceptions.unavailable(
+          error.retryAfterMs,
+          'the idempotency store is unavailable; retry later',
+        );
       }
       if (error instanceof IdempotencyFingerprintMismatchException) {
-        throw this.reject(context, plan, 'idempotency-key-reused', `${error.keyDigest} was already used with a different message`);
+        throw this.reject(
+          context,
+          plan,
+          'idempotency-key-reused',
+          `${error.keyDigest} was already used with a different message`,
+        );
       }
       if (error instanceof IdempotencyKeyError) {
         throw this.reject(context, plan, 'idempotency-key-invalid', error.message);
@@ -109,7 +129,9 @@ export class MessageIdempotency {
     } catch (error) {
       // The handler ran: its record must say so, or a redelivery would run it again.
       const reason = (error as Error).message;
-      this.logger.error(`${plan.where}: the result for ${execution.keyDigest} cannot be stored: ${reason}`);
+      this.logger.error(
+        `${plan.where}: the result for ${execution.keyDigest} cannot be stored: ${reason}`,
+      );
       payload = encodeNotStorable(reason);
     }
     try {
@@ -139,7 +161,12 @@ export class MessageIdempotency {
     return encodeValue((this.settings.options.sanitize(copy) as StoredRpcResult).value);
   }
 
-  private reject(context: ExecutionContext, plan: HandlerPlan, code: string, message: string): Error {
+  private reject(
+    context: ExecutionContext,
+    plan: HandlerPlan,
+    code: string,
+    message: string,
+  ): Error {
     this.logger.warn(`${plan.where}: delivery refused (${code}): ${message}`);
     settleDelivery(context, plan.rmq!, 'rejected');
     return rpcExceptions().rejected(code, message);
@@ -155,7 +182,9 @@ function toPlain(value: unknown): unknown {
   if (classTransformer === undefined) {
     try {
       // eslint-disable-next-line @typescript-eslint/no-require-imports
-      classTransformer = require('class-transformer') as { instanceToPlain(value: unknown): unknown };
+      classTransformer = require('class-transformer') as {
+        instanceToPlain(value: unknown): unknown;
+      };
     } catch {
       classTransformer = null;
     }

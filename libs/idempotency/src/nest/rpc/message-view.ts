@@ -26,7 +26,10 @@ export function messageView(context: ExecutionContext): Record<string, unknown> 
     };
   }
   if (rpcContext instanceof RmqContext) {
-    const message = rpcContext.getMessage() as { fields?: object; properties?: { headers?: object } };
+    const message = rpcContext.getMessage() as {
+      fields?: object;
+      properties?: { headers?: object };
+    };
     return {
       properties: message?.properties ?? {},
       headers: message?.properties?.headers ?? {},

@@ -8,9 +8,16 @@ export interface IdempotencyRpcError extends Error {
 
 export interface RpcExceptions {
   /** The holder still runs: retriable (Kafka redelivers), and `instanceof IdempotencyInFlightException`. */
-  inFlight(retryAfterMs: number, scope: string, keyDigest: string): IdempotencyRpcError & { retryAfterMs: number };
+  inFlight(
+    retryAfterMs: number,
+    scope: string,
+    keyDigest: string,
+  ): IdempotencyRpcError & { retryAfterMs: number };
   /** The store could not answer: retriable. */
-  unavailable(retryAfterMs: number, message: string): IdempotencyRpcError & { retryAfterMs: number };
+  unavailable(
+    retryAfterMs: number,
+    message: string,
+  ): IdempotencyRpcError & { retryAfterMs: number };
   /** Can never succeed as sent (bad key, reused key): not retriable. */
   rejected(code: string, message: string): IdempotencyRpcError;
 }

@@ -37,7 +37,8 @@ describe('ReplayCachingStore', () => {
     await store.complete(first.lease, encodeValue({ b: 1, a: 2 }));
     const fromStore = await store.tryAcquire(acquire('s', 'k'));
     const fromCache = await store.tryAcquire(acquire('s', 'k'));
-    if (fromStore.kind !== 'duplicate' || fromCache.kind !== 'duplicate') throw new Error('no replay');
+    if (fromStore.kind !== 'duplicate' || fromCache.kind !== 'duplicate')
+      throw new Error('no replay');
     expect(fromCache.payload).toBe(fromStore.payload);
     expect(fromCache.expiresInMs).toBeLessThanOrEqual(fromStore.expiresInMs);
     expect(fromCache.expiresInMs).toBeGreaterThan(59_000);

@@ -188,16 +188,21 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       pollMs: () =>
         this.listener?.listening ? this.pollIntervalMs : Math.min(this.pollIntervalMs, 100),
       look: async (watch): Promise<Observation> => {
-        const [row] = await this.query<AcquireRow>('acquire', this.sql.acquire, [
-          id,
-          request.scope,
-          request.key,
-          leaseId,
-          request.leaseMs,
-          request.ttlMs,
-          request.fingerprint,
-          watch,
-        ], [...logged, leaseId, request.leaseMs, request.ttlMs, request.fingerprint, watch]);
+        const [row] = await this.query<AcquireRow>(
+          'acquire',
+          this.sql.acquire,
+          [
+            id,
+            request.scope,
+            request.key,
+            leaseId,
+            request.leaseMs,
+            request.ttlMs,
+            request.fingerprint,
+            watch,
+          ],
+          [...logged, leaseId, request.leaseMs, request.ttlMs, request.fingerprint, watch],
+        );
         if (row?.outcome === 'acquired') return { kind: 'acquired', lease };
         // No row, or a row that changed under the statement: look again now.
         if (!row || row.stealable) return { kind: 'changed' };
@@ -255,14 +260,24 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   async extend(lease: Lease): Promise<boolean> {
     await this.init();
     const { id, idHex, leaseId, leaseMs } = lease as PgLease;
-    const rows = await this.query('extend', this.sql.extend, [id, leaseId, leaseMs], [idHex, leaseId, leaseMs]);
+    const rows = await this.query(
+      'extend',
+      this.sql.extend,
+      [id, leaseId, leaseMs],
+      [idHex, leaseId, leaseMs],
+    );
     return rows.length > 0;
   }
 
   async purgeExpired(options: { limit?: number } = {}): Promise<number> {
     await this.init();
     const limit = options.limit ?? DEFAULT_PURGE_BATCH;
-    const [row] = await this.query<{ purged: number }>('purge', this.sql.purgeBatch, [limit], [limit]);
+    const [row] = await this.query<{ purged: number }>(
+      'purge',
+      this.sql.purgeBatch,
+      [limit],
+      [limit],
+    );
     return row.purged;
   }
 
@@ -273,7 +288,12 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   async countExpired(options: { limit?: number } = {}): Promise<number> {
     await this.init();
     const limit = options.limit ?? null;
-    const [row] = await this.query<{ expired: number }>('count expired', this.sql.countExpired, [limit], [limit]);
+    const [row] = await this.query<{ expired: number }>(
+      'count expired',
+      this.sql.countExpired,
+      [limit],
+      [limit],
+    );
     return row.expired;
   }
 
@@ -305,7 +325,12 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       const ddl = [lock, ...schemaSql(this.tableName)].join(';\n');
       await this.query('ensureSchema', ddl, [], []);
     }
-    const columns = await this.query<ColumnRow>('schema check', COLUMNS_QUERY, [schema, table], [schema, table]);
+    const columns = await this.query<ColumnRow>(
+      'schema check',
+      COLUMNS_QUERY,
+      [schema, table],
+      [schema, table],
+    );
     const primaryKey = await this.query<{ column_name: string }>(
       'schema check',
       PRIMARY_KEY_QUERY,

@@ -35,7 +35,11 @@ export interface StoreQuery {
  * `timeoutMs` (waiting for a pooled connection included). The statement is
  * still reported to the DataSource's logger, with `logged` as its parameters.
  */
-export function storeQuery<T>(dataSource: DataSource, timeoutMs: number, query: StoreQuery): Promise<T[]> {
+export function storeQuery<T>(
+  dataSource: DataSource,
+  timeoutMs: number,
+  query: StoreQuery,
+): Promise<T[]> {
   dataSource.logger.logQuery(query.text, query.logged);
   const pool = poolOf(dataSource);
   if (!pool) {
@@ -57,7 +61,9 @@ async function send<T>(pool: Pool, query: StoreQuery): Promise<T[]> {
   client.on('error', onError);
   try {
     const result = await client.query(
-      query.name ? { name: query.name, text: query.text, values: query.values } : { text: query.text, values: query.values },
+      query.name
+        ? { name: query.name, text: query.text, values: query.values }
+        : { text: query.text, values: query.values },
     );
     return result.rows as T[];
   } catch (error) {
