@@ -4,6 +4,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import * as amqp from 'amqplib';
 import { Client } from 'pg';
 import { freePort } from '../../tools/embedded-postgres';
 import { testDatabaseUrl } from '../support/postgres';
@@ -14,6 +15,8 @@ interface Demo {
   child: ChildProcess;
   url: string;
   output: () => string;
+  /** Resolves once the demo's output matches `pattern`. */
+  waitFor: (pattern: RegExp) => Promise<void>;
 }
 
 const running = new Set<ChildProcess>();
@@ -44,7 +47,22 @@ async function startDemo(env: Record<string, string | undefined>): Promise<Demo>
       reject(new Error(`demo exited with ${code} before listening:\n${output}`)),
     );
   });
-  return { child, url, output: () => output };
+  const waitFor = (pattern: RegExp) =>
+    new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if (!pattern.test(output)) return;
+        child.stdout!.off('data', check);
+        child.stderr!.off('data', check);
+        resolve();
+      };
+      child.stdout!.on('data', check);
+      child.stderr!.on('data', check);
+      child.once('exit', () =>
+        reject(new Error(`demo exited before printing ${pattern}:\n${output}`)),
+      );
+      check();
+    });
+  return { child, url, output: () => output, waitFor };
 }
 
 async function stopDemo(demo: Demo): Promise<number | null> {
@@ -105,6 +123,58 @@ describe('demo application', () => {
       await admin.end();
     }
   });
+
+  it.runIf(process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available')(
+    'as a hybrid application (HTTP and RabbitMQ, no inheritAppConfig): one message published three times writes one row',
+    async () => {
+      const admin = new Client({ connectionString: testDatabaseUrl() });
+      await admin.connect();
+      const database = `demo_${randomBytes(4).toString('hex')}`;
+      await admin.query(`CREATE DATABASE ${database}`);
+      const url = new URL(testDatabaseUrl());
+      url.pathname = `/${database}`;
+      const queue = `demo-payments-${randomUUID()}`;
+      const amqpUrl = process.env.IDEMPOTENCY_TEST_AMQP_URL!;
+      const connection = await amqp.connect(amqpUrl);
+      const channel = await connection.createChannel();
+      try {
+        const demo = await startDemo({
+          DATABASE_URL: url.toString(),
+          AMQP_URL: amqpUrl,
+          AMQP_QUEUE: queue,
+        });
+        expect(demo.output()).toContain(`RabbitMQ consumer listening on queue ${queue}`);
+        const messageId = randomUUID();
+        const message = Buffer.from(
+          JSON.stringify({
+            pattern: 'payments.requested',
+            data: { amount: 700, orderId: 'o-rmq' },
+          }),
+        );
+        for (let i = 0; i < 3; i++) channel.sendToQueue(queue, message, { messageId });
+        // The demo logs each outcome: the first copy runs, the other two are replays
+        // (the library acks those; the handler acks its own).
+        await demo.waitFor(/(replayed PaymentsConsumer\.onRequested\/#[0-9a-f]{12}[\s\S]*){2}/);
+        expect(demo.output().match(/acquired PaymentsConsumer\.onRequested/g)).toHaveLength(1);
+        expect(await stopDemo(demo)).toBe(0);
+        const { messageCount } = await channel.checkQueue(queue);
+        expect(messageCount).toBe(0);
+        const client = new Client({ connectionString: url.toString() });
+        await client.connect();
+        const [{ n }] = (
+          await client.query(`SELECT count(*)::int AS n FROM demo_payments WHERE source = 'amqp'`)
+        ).rows;
+        await client.end();
+        expect(n).toBe(1);
+      } finally {
+        await channel.deleteQueue(queue).catch(() => undefined);
+        await connection.close();
+        await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+        await admin.end();
+      }
+    },
+    60_000,
+  );
 
   it('without DATABASE_URL: starts an embedded PostgreSQL whose data survives a restart', async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nest-idempotency-demo-'));

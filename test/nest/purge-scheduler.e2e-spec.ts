@@ -3,6 +3,7 @@ import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import {
+  encodeValue,
   IdempotencyConfigError,
   IdempotencyModule,
   IdempotencyPurgeScheduler,
@@ -54,10 +55,11 @@ describe('scheduled purge', () => {
         key: `k${i}`,
         leaseMs: 10_000,
         waitTimeoutMs: 0,
-        ttlMs: 60_000,
+        ttlMs: 1,
+        fingerprint: null,
       });
       if (acquired.kind !== 'acquired') throw new Error('seed failed');
-      await store.complete({ scope, key: `k${i}` }, acquired.leaseId, i, 1);
+      await store.complete(acquired.lease, encodeValue(i));
     }
     const live = await store.tryAcquire({
       scope,
@@ -65,6 +67,7 @@ describe('scheduled purge', () => {
       leaseMs: 60_000,
       waitTimeoutMs: 0,
       ttlMs: 1,
+      fingerprint: null,
     });
     expect(live.kind).toBe('acquired');
   };

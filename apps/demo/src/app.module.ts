@@ -24,7 +24,9 @@ export class AppModule {
               waitTimeout: process.env.IDEMPOTENCY_WAIT_TIMEOUT ?? 'PT10S',
               ttl: process.env.IDEMPOTENCY_TTL ?? 'PT24H',
             },
-            rmq: { nackOnInFlight: true, ackOnReplay: true },
+            // The consumer acks its own work (noAck: false, see main.ts): the library then
+            // acks replays, requeues in-flight twins after a delay and dead-letters bad deliveries.
+            rmq: { noAck: false },
           }),
         }),
       ],

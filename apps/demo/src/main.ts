@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { Logger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Transport } from '@nestjs/microservices';
+import { IdempotencyEngine } from 'nest-idempotency';
 import path from 'node:path';
 import { EmbeddedServer, startEmbeddedPostgres } from '../../../tools/embedded-postgres';
 import { AppModule } from './app.module';
@@ -27,7 +28,12 @@ async function main(): Promise<void> {
 
   const amqpUrl = process.env.AMQP_URL;
   const app = await NestFactory.create(AppModule.register({ withConsumer: Boolean(amqpUrl) }));
+  // What the library did with each request or message, by key digest (never the key).
+  const events = new Logger('Idempotency');
+  app.get(IdempotencyEngine).onEvent((event) => events.log(`${event.type} ${event.keyDigest}`));
   if (amqpUrl) {
+    // A hybrid application, without inheritAppConfig: @Idempotent brings its own
+    // interceptor, so the message handler is protected all the same.
     app.connectMicroservice({
       transport: Transport.RMQ,
       options: {

@@ -1,34 +1,26 @@
-import { Global, Inject, Module, OnApplicationShutdown } from '@nestjs/common';
-import { createIdempotencyMigration } from 'nest-idempotency/typeorm';
-import { DataSource } from 'typeorm';
+import { Module } from '@nestjs/common';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { createIdempotencyMigrations } from 'nest-idempotency/typeorm';
 import { Payment } from '../payments/payment.entity';
 import { CreateDemoPayments1764460800001 } from './create-payments.migration';
 
-/** One TypeORM DataSource for the demo's own table and the idempotency records; migrations run at start. */
-@Global()
+/**
+ * One TypeORM DataSource (through @nestjs/typeorm, as most Nest applications
+ * have it) for the demo's own table and the idempotency records; the
+ * library's migrations run with the application's own at start.
+ */
 @Module({
-  providers: [
-    {
-      provide: DataSource,
-      useFactory: async () => {
-        const dataSource = new DataSource({
-          type: 'postgres',
-          url: process.env.DATABASE_URL,
-          entities: [Payment],
-          migrations: [createIdempotencyMigration(), CreateDemoPayments1764460800001],
-          migrationsRun: true,
-          extra: { max: Number(process.env.DATABASE_POOL_SIZE ?? 10) },
-        });
-        return dataSource.initialize();
-      },
-    },
+  imports: [
+    TypeOrmModule.forRootAsync({
+      useFactory: () => ({
+        type: 'postgres' as const,
+        url: process.env.DATABASE_URL,
+        entities: [Payment],
+        migrations: [...createIdempotencyMigrations(), CreateDemoPayments1764460800001],
+        migrationsRun: true,
+        extra: { max: Number(process.env.DATABASE_POOL_SIZE ?? 10) },
+      }),
+    }),
   ],
-  exports: [DataSource],
 })
-export class DatabaseModule implements OnApplicationShutdown {
-  constructor(@Inject(DataSource) private readonly dataSource: DataSource) {}
-
-  async onApplicationShutdown(): Promise<void> {
-    if (this.dataSource.isInitialized) await this.dataSource.destroy();
-  }
-}
+export class DatabaseModule {}
