@@ -57,7 +57,8 @@ class OrdersConsumer {
       gate.entered.open();
       await gate.release.promise;
     }
-    return { orderId: data.orderId, price: 42, token: randomUUID() };
+    // Keys out of alphabetical order: a replay must keep them as they were (jsonb would not).
+    return { token: randomUUID(), price: 42, orderId: data.orderId, zeta: { b: 1, a: 2 } };
   }
 }
 
@@ -180,6 +181,11 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     expect(replies).toHaveLength(2);
     expect(replies[1]).toEqual(replies[0]);
     expect(replies[0]).toMatchObject({ orderId, price: 42 });
+    const raw = published
+      .filter((p) => p.topic === 'orders.quote.reply')
+      .map((p) => String(p.messages[0].value));
+    expect(raw[1]).toBe(raw[0]);
+    expect(raw[0].indexOf('"token"')).toBeLessThan(raw[0].indexOf('"orderId"'));
     expect(runs.get('quote')).toBe(1);
   });
 

@@ -239,13 +239,11 @@ export class HttpIdempotency {
     };
     const out = this.settings.options.sanitize!(view) as StoredHttpResponse;
     const body = out.body;
-    return {
-      status: out.status,
-      headers: out.headers,
-      body: Buffer.isBuffer(body)
-        ? body
-        : Buffer.from(typeof body === 'string' ? body : (JSON.stringify(body) ?? ''), 'utf8'),
-    };
+    let bytes: Buffer;
+    if (Buffer.isBuffer(body)) bytes = body;
+    else if (isJson) bytes = Buffer.from(JSON.stringify(body) ?? '', 'utf8');
+    else bytes = Buffer.from(typeof body === 'string' ? body : (JSON.stringify(body) ?? ''), 'utf8');
+    return { status: out.status, headers: out.headers, body: bytes };
   }
 
   private resolveKey(
