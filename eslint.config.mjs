@@ -3,7 +3,16 @@ import tseslint from 'typescript-eslint';
 import prettier from 'eslint-config-prettier';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/', '**/dist/', 'coverage/', '.embedded-pg/'] },
+  {
+    ignores: [
+      '**/node_modules/',
+      '**/dist/',
+      'coverage/',
+      '.embedded-pg/',
+      '.stacks/',
+      'test/consumers/*/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   prettier,

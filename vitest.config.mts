@@ -6,9 +6,10 @@ import { defineConfig } from 'vitest/config';
  * tsconfig's `emitDecoratorMetadata`, which Nest's constructor injection needs.
  * Dependencies are not transformed: Node loads them as they ship (ESM or CJS).
  *
- * `npm test` runs the unit, store and e2e projects; the fault suite (minutes,
- * kills processes, restarts PostgreSQL) runs only when selected:
- * `npm run test:faults` (vitest run --project faults).
+ * `npm test` runs the unit, store and e2e projects. Two more run only when
+ * selected: the fault suite (minutes; kills processes, restarts PostgreSQL),
+ * `npm run test:faults`, and the consumer fixtures (npm installs from the
+ * registry), `npm run test:consumers`.
  */
 const ROOT = import.meta.dirname;
 const SRC = `${ROOT}/libs/idempotency/src`;
@@ -19,9 +20,11 @@ const alias = [
   { find: /^nest-idempotency\/(core|typeorm|testing)$/, replacement: `${SRC}/$1.ts` },
 ];
 
-const faultsSelected = process.argv.some(
-  (arg, i, argv) => arg === '--project=faults' || (arg === '--project' && argv[i + 1] === 'faults'),
-);
+/** The fault suite and the consumer fixtures run only when their project is named. */
+const selected = (name: string) =>
+  process.argv.some(
+    (arg, i, argv) => arg === `--project=${name}` || (arg === '--project' && argv[i + 1] === name),
+  );
 
 const common = {
   globals: true,
@@ -44,7 +47,20 @@ export default defineConfig({
         resolve: { alias },
         test: { ...common, name: 'e2e', include: ['test/**/*.e2e-spec.ts'] },
       },
-      ...(faultsSelected
+      ...(selected('consumers')
+        ? [
+            {
+              resolve: { alias },
+              test: {
+                ...common,
+                name: 'consumers',
+                include: ['test/consumers/*.consumer-spec.ts'],
+                fileParallelism: false,
+              },
+            },
+          ]
+        : []),
+      ...(selected('faults')
         ? [
             {
               resolve: { alias },

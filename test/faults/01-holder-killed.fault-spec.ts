@@ -72,7 +72,7 @@ describe('fault 1: the holder is killed with SIGKILL mid-action', () => {
     const records = await recordsOf(admin, schema, SCOPE, key);
     expect(records).toHaveLength(1);
     expect(records[0].state).toBe('COMPLETE');
-    expect(records[0].payload).toEqual({ v: stolen.result.value });
+    expect(records[0].payload).toEqual(stolen.result.value);
 
     // Later duplicates, from the successor's process and from this one, replay the second result.
     successor.send({ cmd: 'execute', id: 'dup', ...request, waitTimeout: '5s' });

@@ -74,7 +74,7 @@ describe('fault 2: the holder is stalled (SIGSTOP) past its lease', () => {
     const records = await recordsOf(admin, schema, SCOPE, key);
     expect(records).toHaveLength(1);
     expect(records[0].state).toBe('COMPLETE');
-    expect(records[0].payload).toEqual({ v: b.result.value });
+    expect(records[0].payload).toEqual(b.result.value);
     for (const [child, id] of [
       [stale, 'dup-a'],
       [thief, 'dup-b'],

@@ -90,7 +90,7 @@ describe('fault 3: an action three times as long as its lease', () => {
       expect(executions).toHaveLength(1);
       const records = await recordsOf(admin, schema, SCOPE, key);
       expect(records).toHaveLength(1);
-      expect(records[0]).toMatchObject({ state: 'COMPLETE', payload: { v: h.result.value } });
+      expect(records[0]).toMatchObject({ state: 'COMPLETE', payload: h.result.value });
       const after = await local.engine.execute({ ...request, waitTimeout: 0 }, async () => {
         throw new Error('a duplicate must not run the action');
       });

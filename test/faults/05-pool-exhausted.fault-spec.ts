@@ -74,7 +74,7 @@ describe('fault 5: the connection pool is exhausted by waiting duplicates', () =
     const executions = await executionsOf(admin, schema, SCOPE, key);
     expect(executions).toHaveLength(1);
     const records = await recordsOf(admin, schema, SCOPE, key);
-    expect(records).toMatchObject([{ state: 'COMPLETE', payload: { v: value } }]);
+    expect(records).toMatchObject([{ state: 'COMPLETE', payload: value }]);
     expect([...eventsOf(holderSide), ...eventsOf(otherSide)]).toEqual([]);
     expectNoRawKeys(holderSide.output() + otherSide.output(), [key]);
     return { executions, records };

@@ -65,7 +65,7 @@ describe('fault 8: purge concurrently with traffic on several instances', () => 
          SELECT sha256(convert_to($1 || g, 'UTF8')), $1, 'seed-' || g, $2,
                 CASE WHEN $2 = 'IN_PROGRESS' THEN gen_random_uuid() END,
                 now() + $3::interval, now() + $4::interval,
-                CASE WHEN $2 = 'COMPLETE' THEN '{"v": 1}'::jsonb END, now() - interval '2 hours',
+                CASE WHEN $2 = 'COMPLETE' THEN convert_to('v1', 'UTF8') END, now() - interval '2 hours',
                 CASE WHEN $2 = 'COMPLETE' THEN now() - interval '1 hour' END
          FROM generate_series(1, $5::int) g`,
         [scope, state, lease, expires, SEEDED],

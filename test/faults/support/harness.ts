@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { IdempotencyEngine, IdempotencyEvent } from 'nest-idempotency';
+import { decodeValue, IdempotencyEngine, IdempotencyEvent } from 'nest-idempotency';
 import {
   schemaSql,
   TypeOrmIdempotencyStore,
@@ -157,9 +157,15 @@ export const is = {
   event: (m: ChildMessage): m is Extract<ChildMessage, { type: 'event' }> => m.type === 'event',
 };
 
-/** The engine events a child reported so far. */
+/** What an operator is told: a lost lease, a completion retried, a release that failed. */
+const OPERATOR_EVENTS = new Set(['lease-lost', 'completion-retry', 'release-failed']);
+
+/** The operator events (see OPERATOR_EVENTS) a child reported so far. */
 export function eventsOf(child: Child): IdempotencyEvent[] {
-  return child.messages.filter(is.event).map((m) => m.event);
+  return child.messages
+    .filter(is.event)
+    .map((m) => m.event)
+    .filter((e) => OPERATOR_EVENTS.has(e.type));
 }
 
 /**
@@ -261,7 +267,8 @@ export async function executionsOf(
 export interface RecordRow {
   key: string;
   state: 'IN_PROGRESS' | 'COMPLETE';
-  payload: { v: unknown } | null;
+  /** The stored value, decoded (undefined while IN_PROGRESS). */
+  payload: unknown;
 }
 
 export async function recordsOf(
@@ -270,11 +277,16 @@ export async function recordsOf(
   scope: string,
   key?: string,
 ): Promise<RecordRow[]> {
-  return dataSource.query(
+  const rows = (await dataSource.query(
     `SELECT "key", state, payload FROM "${schema}".idempotency_records
      WHERE scope = $1 AND ($2::text IS NULL OR "key" = $2)`,
     [scope, key ?? null],
-  );
+  )) as Array<{ key: string; state: RecordRow['state']; payload: Buffer | null }>;
+  return rows.map((row) => ({
+    key: row.key,
+    state: row.state,
+    payload: row.payload ? decodeValue(row.payload) : undefined,
+  }));
 }
 
 /** An engine in this (the test) process, on its own DataSource; its log lines are kept. */
@@ -305,7 +317,9 @@ export async function openEngine(
   await store.init();
   const engine = new IdempotencyEngine(store, { logger });
   const events: IdempotencyEvent[] = [];
-  engine.onEvent((e) => events.push(e));
+  engine.onEvent((e) => {
+    if (OPERATOR_EVENTS.has(e.type)) events.push(e);
+  });
   return {
     dataSource,
     store,

@@ -1,0 +1,5 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: { root: './', include: ['test/**/*.spec.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+});
