@@ -63,7 +63,7 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
       logger: { warn: () => undefined, error: () => undefined },
     });
     await store.init();
-    postgres = postgresUnderTest(dataSource, store);
+    postgres = await postgresUnderTest(dataSource, store);
   });
 
   afterAll(async () => {
@@ -81,7 +81,7 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
     const setup = async () => {
       await dataSource.query(`TRUNCATE "${schema}".idempotency_records`);
       const scope = `model-${randomUUID()}`;
-      const sessions: StoreSession[] = [postgres, inMemoryUnderTest()].map((sut) => ({
+      const sessions: StoreSession[] = [postgres, await inMemoryUnderTest()].map((sut) => ({
         sut,
         scope,
         leases: [],

@@ -1,5 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { AcquireResult, IdempotencyStore, InMemoryIdempotencyStore } from 'nest-idempotency';
+import {
+  AcquireRequest,
+  AcquireResult,
+  encodeValue,
+  IdempotencyStore,
+  InMemoryIdempotencyStore,
+} from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
@@ -36,7 +42,13 @@ describe.each(['memory', 'postgres'] as const)('waiter cap (%s store)', (kind) =
 
   it('answers the waiter past the cap at once; the parked ones get the result', async () => {
     const scope = `cap-${randomUUID()}`;
-    const request = { scope, key: 'k', leaseMs: 30_000, ttlMs: 60_000 };
+    const request: Omit<AcquireRequest, 'waitTimeoutMs'> = {
+      scope,
+      key: 'k',
+      leaseMs: 30_000,
+      ttlMs: 60_000,
+      fingerprint: null,
+    };
     const holder = await store.tryAcquire({ ...request, waitTimeoutMs: 0 });
     if (holder.kind !== 'acquired') throw new Error('expected to acquire');
 
@@ -47,9 +59,10 @@ describe.each(['memory', 'postgres'] as const)('waiter cap (%s store)', (kind) =
     const first = await Promise.race(calls);
     expect(first).toMatchObject({ kind: 'in-flight' });
 
-    await store.complete({ scope, key: 'k' }, holder.leaseId, 'done', 60_000);
+    const done = encodeValue('done');
+    await store.complete(holder.lease, done);
     const results: AcquireResult[] = await Promise.all(calls);
     expect(results.filter((r) => r.kind === 'in-flight')).toHaveLength(1);
-    expect(results.filter((r) => r.kind === 'duplicate' && r.payload === 'done')).toHaveLength(5);
+    expect(results.filter((r) => r.kind === 'duplicate' && r.payload.equals(done))).toHaveLength(5);
   });
 });

@@ -1,6 +1,12 @@
 import { inspect, isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
-import { IdempotencyLeaseLostError, RecordId } from 'nest-idempotency';
+import {
+  DEFAULT_PURGE_BATCH,
+  encodeValue,
+  IdempotencyLeaseLostError,
+  Lease,
+  RecordId,
+} from 'nest-idempotency';
 import {
   AcquireOutcome,
   Expected,
@@ -17,11 +23,11 @@ import { LEASE_MS, snapshotOf, StoreUnderTest, TTL_MS } from './stores-under-tes
 /** A well-formed lease id (the PostgreSQL column is a uuid) that no acquisition returns. */
 const NEVER_ISSUED_ID = '00000000-0000-4000-8000-000000000000';
 
-/** One store within one run: its fresh scope and the lease ids it returned, by model lease number. */
+/** One store within one run: its fresh scope and the leases it returned (with their key), by model lease number. */
 export interface StoreSession {
   readonly sut: StoreUnderTest;
   readonly scope: string;
-  readonly leases: string[];
+  readonly leases: Array<{ key: Key; lease: Lease }>;
 }
 
 /**
@@ -49,7 +55,7 @@ export class ModelRun {
     const actual = await Promise.all(
       this.sessions.map((session) =>
         command
-          .onStore(session, leaseIdOf(session, lease))
+          .onStore(session, lease)
           .catch((error: Error) => ({ threw: `${error.name}: ${error.message}` })),
       ),
     );
@@ -82,13 +88,31 @@ export class ModelRun {
   }
 }
 
-function leaseIdOf(session: StoreSession, lease: LeaseNo | undefined): string | undefined {
-  if (lease === undefined) return undefined;
-  return lease === NEVER_ISSUED ? NEVER_ISSUED_ID : session.leases[lease];
+/**
+ * The lease handle a command on `key` presents: the one the store issued when
+ * it was issued for `key`; otherwise (another key's lease id, or one never
+ * issued) a handle for `key` carrying that lease id, as the store would build it.
+ */
+function presentedLease(session: StoreSession, key: Key, lease: LeaseNo): Lease {
+  const id = { scope: session.scope, key };
+  if (lease === NEVER_ISSUED) return session.sut.leaseFor(id, NEVER_ISSUED_ID);
+  const issued = session.leases[lease];
+  return issued.key === key ? issued.lease : session.sut.leaseFor(id, issued.lease.leaseId);
 }
 
+/** Stored bytes are shown as their text (`bytes('v{"a":1}')`), so a counterexample reads as values. */
 function show(value: unknown): string {
-  return inspect(value, { depth: null, breakLength: Infinity });
+  return inspect(readable(value), { depth: null, breakLength: Infinity });
+}
+
+function readable(value: unknown): unknown {
+  if (Buffer.isBuffer(value))
+    return { [inspect.custom]: () => `bytes(${inspect(value.toString('utf8'))})` };
+  if (Array.isArray(value)) return value.map(readable);
+  if (typeof value === 'object' && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, readable(v)]));
+  }
+  return value;
 }
 
 /** Which lease id a complete/release/extend presents. */
@@ -127,7 +151,7 @@ abstract class LifecycleCommand implements fc.AsyncCommand<LifecycleModel, Model
   }
 
   abstract onModel(model: LifecycleModel, lease: LeaseNo | undefined): Expected<unknown>;
-  abstract onStore(session: StoreSession, leaseId: string | undefined): Promise<unknown>;
+  abstract onStore(session: StoreSession, lease: LeaseNo | undefined): Promise<unknown>;
   abstract toString(): string;
 }
 
@@ -150,11 +174,11 @@ class Acquire extends LifecycleCommand {
       leaseMs: LEASE_MS,
       ttlMs: TTL_MS,
       waitTimeoutMs: 0,
-      ...(this.fingerprint ? { fingerprint: this.fingerprint } : {}),
+      fingerprint: this.fingerprint ?? null,
     });
     switch (result.kind) {
       case 'acquired':
-        session.leases.push(result.leaseId);
+        session.leases.push({ key: this.key, lease: result.lease });
         return { kind: 'acquired' };
       case 'duplicate':
         if (!(result.completedAt instanceof Date)) return { unexpected: result };
@@ -196,6 +220,10 @@ abstract class WithLease extends LifecycleCommand {
   override lease(model: LifecycleModel): LeaseNo {
     return resolve(this.ref, model, this.key);
   }
+
+  protected presented(session: StoreSession, lease: LeaseNo): Lease {
+    return presentedLease(session, this.key, lease);
+  }
 }
 
 class Complete extends WithLease {
@@ -207,13 +235,15 @@ class Complete extends WithLease {
     super(key, ref);
   }
 
+  /** The model keeps the bytes the caller stores: replays and views must hand back exactly these. */
   onModel(model: LifecycleModel, lease: LeaseNo): Expected<HeldOutcome> {
-    return model.complete(this.key, lease, this.payload);
+    return model.complete(this.key, lease, encodeValue(this.payload));
   }
 
-  onStore(session: StoreSession, leaseId: string): Promise<HeldOutcome> {
-    const id = { scope: session.scope, key: this.key };
-    return held(session.sut.store.complete(id, leaseId, this.payload, TTL_MS));
+  onStore(session: StoreSession, lease: LeaseNo): Promise<HeldOutcome> {
+    return held(
+      session.sut.store.complete(this.presented(session, lease), encodeValue(this.payload)),
+    );
   }
 
   toString(): string {
@@ -226,8 +256,8 @@ class Release extends WithLease {
     return model.release(this.key, lease);
   }
 
-  onStore(session: StoreSession, leaseId: string): Promise<HeldOutcome> {
-    return held(session.sut.store.release({ scope: session.scope, key: this.key }, leaseId));
+  onStore(session: StoreSession, lease: LeaseNo): Promise<HeldOutcome> {
+    return held(session.sut.store.release(this.presented(session, lease)));
   }
 
   toString(): string {
@@ -240,8 +270,9 @@ class Extend extends WithLease {
     return model.extend(this.key, lease);
   }
 
-  onStore(session: StoreSession, leaseId: string): Promise<boolean> {
-    return session.sut.store.extend({ scope: session.scope, key: this.key }, leaseId, LEASE_MS);
+  /** Every lease is issued (or built) for LEASE_MS, so this extends by LEASE_MS. */
+  onStore(session: StoreSession, lease: LeaseNo): Promise<boolean> {
+    return session.sut.store.extend(this.presented(session, lease));
   }
 
   toString(): string {
@@ -286,18 +317,25 @@ class ExpireTtl extends LifecycleCommand {
 }
 
 /**
- * `purgeExpired()` without a limit. It purges the whole table, so the spec
- * empties its scratch schema before each run: the count is then this run's alone.
- * (With a limit, *which* records go first is store-specific, so the model could
- * only predict the count, not the states that follow.)
+ * `purgeExpired()` with its default batch, repeated until a batch comes back
+ * short, as a caller that wants everything due gone does. It purges the whole
+ * table, so the spec empties its scratch schema before each run: the count is
+ * then this run's alone. (With a small limit, *which* records go first is
+ * store-specific, so the model could only predict the count, not the states
+ * that follow.)
  */
 class Purge extends LifecycleCommand {
   onModel(model: LifecycleModel): Expected<number> {
     return model.purge();
   }
 
-  onStore(session: StoreSession): Promise<number> {
-    return session.sut.store.purgeExpired();
+  async onStore(session: StoreSession): Promise<number> {
+    let purged = 0;
+    for (;;) {
+      const batch = await session.sut.store.purgeExpired();
+      purged += batch;
+      if (batch < DEFAULT_PURGE_BATCH) return purged;
+    }
   }
 
   toString(): string {

@@ -1,3 +1,5 @@
+import type { StoredPayload } from 'nest-idempotency';
+
 /**
  * A reference model of one scope's records, small enough to check by eye against
  * the lifecycle: absent / IN_PROGRESS / COMPLETE; acquire, complete, release,
@@ -29,7 +31,7 @@ export type ModelRecord =
       leaseExpired: boolean;
       ttlExpired: boolean;
     }
-  | { state: 'COMPLETE'; payload: unknown; fingerprint: string | null; ttlExpired: boolean };
+  | { state: 'COMPLETE'; payload: StoredPayload; fingerprint: string | null; ttlExpired: boolean };
 
 /**
  * What a test sees of one key through `find()`, reduced to what the model knows.
@@ -38,12 +40,12 @@ export type ModelRecord =
 export type Snapshot =
   | null
   | { state: 'IN_PROGRESS'; fingerprint: string | null; leaseExpired: boolean; ttlExpired: boolean }
-  | { state: 'COMPLETE'; fingerprint: string | null; payload: unknown; ttlExpired: boolean };
+  | { state: 'COMPLETE'; fingerprint: string | null; payload: StoredPayload; ttlExpired: boolean };
 
 /** `tryAcquire` with `waitTimeoutMs: 0`, reduced the same way. */
 export type AcquireOutcome =
   | { kind: 'acquired' }
-  | { kind: 'duplicate'; payload: unknown }
+  | { kind: 'duplicate'; payload: StoredPayload }
   | { kind: 'in-flight'; retryAfterWithinLease: true }
   | { kind: 'fingerprint-mismatch' };
 
@@ -137,7 +139,8 @@ export class LifecycleModel {
   }
 
   /** Allowed only while the record is IN_PROGRESS under `lease`, even if that lease has run out unstolen. */
-  complete(key: Key, lease: LeaseNo, payload: unknown): Expected<HeldOutcome> {
+  /** `payload`: the bytes stored; a replay and a view hand back exactly these. */
+  complete(key: Key, lease: LeaseNo, payload: StoredPayload): Expected<HeldOutcome> {
     const refusal = this.refusal(key, lease);
     if (refusal) return { outcome: 'lease-lost', labels: [`complete → lease-lost (${refusal})`] };
     const held = this.records.get(key) as Extract<ModelRecord, { state: 'IN_PROGRESS' }>;

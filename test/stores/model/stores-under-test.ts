@@ -1,11 +1,15 @@
+import { randomUUID } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
 import type { DataSource } from 'typeorm';
 import {
   IdempotencyRecordView,
   IdempotencyStore,
   InMemoryIdempotencyStore,
+  Lease,
   RecordId,
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { recordIdOf } from '../../../libs/idempotency/src/stores/typeorm/table';
 import { Snapshot } from './lifecycle-model';
 
 /** Leases and TTLs that cannot run out by themselves while a run lasts. */
@@ -33,13 +37,49 @@ export interface StoreUnderTest {
   expireLease(id: RecordId): Promise<number>;
   /** Moves the TTL deadline of the record in either state; returns how many records moved. */
   expireTtl(id: RecordId): Promise<number>;
+  /**
+   * The lease handle this store would hand out for `id` under `leaseId`
+   * (leases LEASE_MS, TTL TTL_MS). A lease names its record, so this is how a
+   * command presents a lease id that was not issued for the key it targets:
+   * another key's, or one never issued. Checked against a genuine lease when
+   * the store under test is made (`checkedLeaseFor`).
+   */
+  leaseFor(id: RecordId, leaseId: string): Lease;
+}
+
+/**
+ * Fails unless `leaseFor`, given a genuine lease's id, builds exactly the
+ * handle the store returned (same fields, same values), and unless the store accepts
+ * it: so a handle the model builds is one the store could have issued, and a
+ * change to the store's lease shape fails here rather than quietly.
+ */
+async function checkedLeaseFor(sut: StoreUnderTest): Promise<StoreUnderTest> {
+  const id = { scope: `lease-probe-${randomUUID()}`, key: 'probe' };
+  const acquired = await sut.store.tryAcquire({
+    ...id,
+    leaseMs: LEASE_MS,
+    ttlMs: TTL_MS,
+    waitTimeoutMs: 0,
+    fingerprint: null,
+  });
+  if (acquired.kind !== 'acquired')
+    throw new Error(`${sut.name}: probe acquisition ${acquired.kind}`);
+  const built = sut.leaseFor(id, acquired.lease.leaseId);
+  if (!isDeepStrictEqual({ ...built }, { ...acquired.lease })) {
+    throw new Error(
+      `${sut.name}: leaseFor no longer builds the lease the store hands out; update this helper`,
+    );
+  }
+  await sut.store.release(built); // accepted as the real thing
+  if ((await sut.store.find(id)) !== null) throw new Error(`${sut.name}: probe record left behind`);
+  return sut;
 }
 
 /** The PostgreSQL store, with expiry as an UPDATE on its real table. */
 export function postgresUnderTest(
   dataSource: DataSource,
   store: TypeOrmIdempotencyStore,
-): StoreUnderTest {
+): Promise<StoreUnderTest> {
   const { schema, table } = store.tableName;
   const qualified = `"${schema.replace(/"/g, '""')}"."${table.replace(/"/g, '""')}"`;
   const moveToPast = async (column: string, onlyInProgress: boolean, id: RecordId) => {
@@ -54,16 +94,28 @@ export function postgresUnderTest(
     );
     return rows[0].moved;
   };
-  return {
+  return checkedLeaseFor({
     name: 'PostgreSQL',
     store,
     expireLease: (id) => moveToPast('lease_expires_at', true, id),
     expireTtl: (id) => moveToPast('expires_at', false, id),
-  };
+    leaseFor: (id, leaseId) => {
+      const recordId = recordIdOf(id.scope, id.key);
+      return {
+        id: recordId,
+        idHex: recordId.toString('hex'),
+        leaseId,
+        leaseMs: LEASE_MS,
+        ttlMs: TTL_MS,
+      } as Lease;
+    },
+  });
 }
 
-/** The fields of an in-memory record the expiry helper moves. */
+/** The fields of an in-memory record the expiry helper finds and moves. */
 interface MemoryDeadlines {
+  scope: string;
+  key: string;
   state: 'IN_PROGRESS' | 'COMPLETE';
   leaseExpiresAt: number | null;
   expiresAt: number;
@@ -75,7 +127,7 @@ interface MemoryDeadlines {
  * store's internals change, the helper finds no record and the model reports
  * "0 records moved, expected 1" at the first expiry, rather than passing quietly.
  */
-export function inMemoryUnderTest(): StoreUnderTest {
+export function inMemoryUnderTest(): Promise<StoreUnderTest> {
   const now = () => Date.now();
   const store = new InMemoryIdempotencyStore({ now });
   const records = (store as unknown as { records: unknown }).records;
@@ -83,8 +135,10 @@ export function inMemoryUnderTest(): StoreUnderTest {
     throw new Error('InMemoryIdempotencyStore no longer keeps a `records` Map; update this helper');
   }
   const recordOf = (id: RecordId) =>
-    (records as Map<string, MemoryDeadlines>).get(JSON.stringify([id.scope, id.key]));
-  return {
+    [...(records as Map<string, MemoryDeadlines>).values()].find(
+      (record) => record.scope === id.scope && record.key === id.key,
+    );
+  return checkedLeaseFor({
     name: 'in-memory',
     store,
     expireLease: async (id) => {
@@ -99,7 +153,15 @@ export function inMemoryUnderTest(): StoreUnderTest {
       record.expiresAt = now() - 1000;
       return 1;
     },
-  };
+    // The store's record id: the scope's length, the scope, the key.
+    leaseFor: (id, leaseId) =>
+      ({
+        id: `${id.scope.length}:${id.scope}${id.key}`,
+        leaseId,
+        leaseMs: LEASE_MS,
+        ttlMs: TTL_MS,
+      }) as Lease,
+  });
 }
 
 /**
@@ -138,6 +200,7 @@ export function snapshotOf(
   if (view.leaseExpired) problems.push('COMPLETE with leaseExpired=true');
   if (view.completedAt === null) problems.push('COMPLETE without completedAt');
   if (!('payload' in view)) problems.push('COMPLETE view without a payload field');
+  else if (!Buffer.isBuffer(view.payload)) problems.push('COMPLETE view payload is not bytes');
   if (problems.length > 0) return { problems };
-  return { state: 'COMPLETE', fingerprint: view.fingerprint, payload: view.payload, ttlExpired };
+  return { state: 'COMPLETE', fingerprint: view.fingerprint, payload: view.payload!, ttlExpired };
 }

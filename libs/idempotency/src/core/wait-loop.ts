@@ -2,6 +2,8 @@ import { decide, ObservedRecord } from './decide';
 import type { AcquireRequest, AcquireResult, Lease } from './store';
 import type { WaiterRegistry } from './waiters';
 
+const CHANGES_BEFORE_BACKOFF = 8;
+
 /** What one atomic look at a record found. */
 export type Observation =
   | { kind: 'acquired'; lease: Lease }
@@ -38,12 +40,22 @@ export async function waitForRecord(options: WaitForRecordOptions): Promise<Acqu
   const willWait = request.waitTimeoutMs > 0;
   // The wait is this caller's own patience, so this process's clock measures it.
   const deadline = Date.now() + request.waitTimeoutMs;
+  let changes = 0;
   for (;;) {
     const ticket = willWait ? waiters.register(waiterId) : undefined;
     try {
       const observed = await look(willWait);
       if (observed.kind === 'acquired') return observed;
-      if (observed.kind === 'changed') continue;
+      if (observed.kind === 'changed') {
+        // A record that keeps changing under the look: look again, at once the first
+        // few times, then backing off, so no store can spin on it.
+        if (++changes > CHANGES_BEFORE_BACKOFF) {
+          const backoffMs = Math.min(options.pollMs(), 2 ** (changes - CHANGES_BEFORE_BACKOFF));
+          await new Promise((resolve) => setTimeout(resolve, backoffMs));
+        }
+        continue;
+      }
+      changes = 0;
       const decision = decide(observed.record, request.fingerprint);
       if (decision.kind !== 'busy') return decision;
       const waitLeftMs = deadline - Date.now();

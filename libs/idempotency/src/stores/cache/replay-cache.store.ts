@@ -40,11 +40,14 @@ interface CachedRecord {
  */
 export class ReplayCachingStore implements IdempotencyStore {
   private readonly cache: LRUCache<string, CachedRecord>;
+  readonly onWait?: (listener: (scope: string) => void) => () => void;
 
   constructor(
     readonly inner: IdempotencyStore,
     options: ReplayCacheOptions = {},
   ) {
+    // Passed through only when the inner store can say it: the kit falls back otherwise.
+    if (inner.onWait) this.onWait = (listener) => inner.onWait!(listener);
     this.cache = new LRUCache<string, CachedRecord>({
       max: options.maxEntries ?? 10_000,
       maxSize: options.maxBytes ?? 64 * 1024 * 1024,

@@ -5,6 +5,7 @@ import {
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
+import { fingerprintsConflict } from '../../core/decide';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
@@ -206,7 +207,15 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
         if (row?.outcome === 'acquired') return { kind: 'acquired', lease };
         // No row, or a row that changed under the statement: look again now.
         if (!row || row.stealable) return { kind: 'changed' };
-        if (watch && row.state === 'IN_PROGRESS' && !row.watched && !row.marked) {
+        // Asked to mark a live record watched, and it is not: it changed under the
+        // statement (unless the fingerprints differ: then nobody marks, and the caller is refused).
+        if (
+          watch &&
+          row.state === 'IN_PROGRESS' &&
+          !row.watched &&
+          !row.marked &&
+          !fingerprintsConflict(request.fingerprint, row.fingerprint)
+        ) {
           return { kind: 'changed' };
         }
         return {

@@ -49,7 +49,10 @@ export function storeQuery<T>(
       ),
     );
   }
-  return withinTimeout(send<T>(pool, query), timeoutMs, query.operation);
+  return withinTimeout(send<T>(pool, query), timeoutMs, query.operation).catch((error: unknown) => {
+    dataSource.logger.logQueryError(error instanceof Error ? error : String(error), query.text, query.logged);
+    throw error;
+  });
 }
 
 async function send<T>(pool: Pool, query: StoreQuery): Promise<T[]> {
