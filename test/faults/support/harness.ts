@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { decodeValue, IdempotencyEngine, IdempotencyEvent } from 'nest-idempotency';
+import { describePayload, IdempotencyEngine, IdempotencyEvent } from 'nest-idempotency';
 import {
   schemaSql,
   TypeOrmIdempotencyStore,
@@ -285,8 +285,15 @@ export async function recordsOf(
   return rows.map((row) => ({
     key: row.key,
     state: row.state,
-    payload: row.payload ? decodeValue(row.payload) : undefined,
+    payload: row.payload ? decodeStored(row.payload) : undefined,
   }));
+}
+
+/** A value the engine stored, or for an HTTP record its status and parsed body. */
+function decodeStored(payload: Buffer): unknown {
+  const described = describePayload(payload);
+  if (described.kind !== 'http') return described.kind === 'value' ? described.value : described;
+  return { status: described.status, body: described.body ? JSON.parse(described.body) : undefined };
 }
 
 /** An engine in this (the test) process, on its own DataSource; its log lines are kept. */
