@@ -18,8 +18,8 @@ const manifest = JSON.parse(
 const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
 
 function installed(name: string): string {
-  return (require(path.join(ROOT, 'node_modules', name, 'package.json')) as { version: string })
-    .version;
+  const file = path.join(ROOT, 'node_modules', name, 'package.json');
+  return (JSON.parse(fs.readFileSync(file, 'utf8')) as { version: string }).version;
 }
 
 describe('compatibility', () => {

@@ -9,7 +9,6 @@ import {
   Module,
   Post,
 } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import {
   decodeHttpResponse,

@@ -13,6 +13,7 @@ import {
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
+import { observeSettlements } from '../support/amqp-settlements';
 import { Gate } from '../support/gate';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
@@ -30,25 +31,8 @@ const runs = new Map<string, number>();
 const gates = new Map<string, { entered: Gate; release: Gate }>();
 const ran = new EventEmitter();
 
-/** Every ack and nack any channel of this process sends, by messageId (the broker client, observed). */
-const settlements = new EventEmitter();
-const settled: string[] = [];
-// eslint-disable-next-line @typescript-eslint/no-require-imports
-const { Channel } = require('amqplib/lib/channel_model') as {
-  Channel: {
-    prototype: Record<'ack' | 'nack', (message: amqp.Message, ...rest: unknown[]) => void>;
-  };
-};
-for (const method of ['ack', 'nack'] as const) {
-  const original = Channel.prototype[method];
-  Channel.prototype[method] = function (this: unknown, message: amqp.Message, ...rest: unknown[]) {
-    original.call(this, message, ...rest);
-    const requeue = method === 'nack' ? rest[1] !== false : undefined;
-    const what = method === 'ack' ? 'ack' : requeue ? 'requeue' : 'dead-letter';
-    settled.push(`${what}:${message.properties.messageId}`);
-    settlements.emit(`${what}:${message.properties.messageId}`);
-  };
-}
+const settlements = observeSettlements();
+const settled = settlements.seen;
 
 /** The real PostgreSQL store, with outcomes observable and an outage switch for acquire. */
 class ObservedStore extends TypeOrmIdempotencyStore {

@@ -14,6 +14,7 @@ import { EventEmitter, once } from 'node:events';
 import { AcquireRequest, AcquireResult, Idempotent, IdempotencyModule } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
+import { observeSettlements } from '../support/amqp-settlements';
 import { Gate } from '../support/gate';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
@@ -24,25 +25,7 @@ const describeWithBroker =
 
 const runs = new Map<string, number>();
 
-/**
- * Every ack and nack any channel of this process sends, by messageId: the
- * broker client itself, observed, so a test can await a settlement instead of
- * racing it (the consumer settles a replay after the store has answered).
- */
-const settlements = new EventEmitter();
-// eslint-disable-next-line @typescript-eslint/no-require-imports
-const { Channel } = require('amqplib/lib/channel_model') as {
-  Channel: {
-    prototype: Record<'ack' | 'nack', (message: amqp.Message, ...rest: unknown[]) => void>;
-  };
-};
-for (const method of ['ack', 'nack'] as const) {
-  const original = Channel.prototype[method];
-  Channel.prototype[method] = function (this: unknown, message: amqp.Message, ...rest: unknown[]) {
-    original.call(this, message, ...rest);
-    settlements.emit(`${method}:${message.properties.messageId}`);
-  };
-}
+const settlements = observeSettlements();
 const gates = new Map<string, { entered: Gate; release: Gate }>();
 
 /** The real PostgreSQL store, reporting each acquisition's outcome so the test can await it. */

@@ -13,7 +13,7 @@ import {
 } from './errors';
 import { IdempotencyEvent } from './events';
 import { keyDigest } from './key';
-import { decodeValue, encodeValue } from './payload';
+import { decodeValue, encodeValue, notStorableReason } from './payload';
 import { Lease, RecordId, StoredPayload } from './store';
 
 /** A key that must never show up in a log line, an event or an error message. */
@@ -253,13 +253,13 @@ describe('IdempotencyEngine', () => {
       const store = new InMemoryIdempotencyStore({ now: () => clock });
       const { engine, events, lines } = setup(store);
       const started = deferred<AbortSignal>();
-      let newOwnerLease: Lease | undefined;
+      const newOwner: { lease?: Lease } = {};
 
       const stale = engine.execute(request({ lease: 100 }), async (signal) => {
         started.resolve(signal);
         await aborted(signal);
         // The new owner finishes while the stale action is still winding down.
-        await store.complete(newOwnerLease!, encodeValue('from the new owner'));
+        await store.complete(newOwner.lease!, encodeValue('from the new owner'));
         return 'from the stale owner';
       });
       const signal = await started.promise;
@@ -273,7 +273,7 @@ describe('IdempotencyEngine', () => {
         fingerprint: null,
       });
       expect(stolen.kind).toBe('acquired');
-      newOwnerLease = (stolen as { lease: Lease }).lease;
+      newOwner.lease = (stolen as { lease: Lease }).lease;
 
       await expect(stale).resolves.toEqual({ kind: 'executed', value: 'from the stale owner' });
       expect(signal.aborted).toBe(true);
@@ -420,21 +420,31 @@ describe('IdempotencyEngine', () => {
     it.each([
       ['a circular structure', circular],
       ['a BigInt', { amount: BigInt(10) }],
-    ])('refuses %s with IdempotencyPayloadError and releases the record', async (_label, value) => {
-      const { engine, store } = setup();
+    ])(
+      'refuses %s with IdempotencyPayloadError, and keeps the record so the action never runs twice',
+      async (_label, value) => {
+        const { engine, store } = setup();
+        const again = vi.fn(async () => 'ok');
 
-      const error = await rejection(engine.execute(request(), async () => value));
+        const error = await rejection(engine.execute(request(), async () => value));
 
-      expect(error).toBeInstanceOf(IdempotencyPayloadError);
-      expect(error.message).toContain(DIGEST);
-      expect(error.message).toContain('the record was released');
-      expect(error.cause).toBeInstanceOf(IdempotencyPayloadError);
-      await expect(store.find(ID)).resolves.toBeNull();
-      await expect(engine.execute(request(), async () => 'ok')).resolves.toEqual({
-        kind: 'executed',
-        value: 'ok',
-      });
-    });
+        expect(error).toBeInstanceOf(IdempotencyPayloadError);
+        expect(error.message).toContain(DIGEST);
+        expect(error.message).toContain(
+          'the action ran, so its record is completed without a result',
+        );
+        expect(error.cause).toBeInstanceOf(IdempotencyPayloadError);
+        const record = await store.find(ID);
+        expect(record?.state).toBe('COMPLETE');
+        expect(notStorableReason(record!.payload!)).toContain('not JSON-serializable');
+        const retry = await rejection(engine.execute(request(), again));
+        expect(retry).toBeInstanceOf(IdempotencyPayloadError);
+        expect(retry.message).toContain(
+          'the action already ran, but its result could not be stored',
+        );
+        expect(again).not.toHaveBeenCalled();
+      },
+    );
   });
 
   describe('refusals', () => {

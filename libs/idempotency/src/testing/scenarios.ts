@@ -109,7 +109,7 @@ scenario({
   group: 'acquire, complete, replay',
   title: () =>
     'replays a completed key: the stored bytes, completion time, remaining TTL and fingerprint',
-  async run({ store, other, scope, acquire, request, snapshot }) {
+  async run({ store, other, acquire, request, snapshot }) {
     const payload = bytes({ zeta: 1, alpha: { b: [1, 2], a: null }, text: 'ünïcødé ✓ "q" \\ b' });
     const lease = await acquire('k', { fingerprint: 'f', ttlMs: 60_000 });
     await store.complete(lease, payload);

@@ -242,7 +242,8 @@ export class HttpIdempotency {
     let bytes: Buffer;
     if (Buffer.isBuffer(body)) bytes = body;
     else if (isJson) bytes = Buffer.from(JSON.stringify(body) ?? '', 'utf8');
-    else bytes = Buffer.from(typeof body === 'string' ? body : (JSON.stringify(body) ?? ''), 'utf8');
+    else
+      bytes = Buffer.from(typeof body === 'string' ? body : (JSON.stringify(body) ?? ''), 'utf8');
     return { status: out.status, headers: out.headers, body: bytes };
   }
 

@@ -39,24 +39,23 @@ export class HeldResponse {
     private readonly decide: (finished: FinishedResponse) => Promise<Outgoing>,
   ) {
     this.originals = { writeHead: res.writeHead, write: res.write, end: res.end };
-    const self = this;
     // Own properties shadow the prototype's methods for this one response.
-    res.writeHead = function (this: ServerResponse, status: number, ...rest: unknown[]) {
-      self.head = { status, headers: headersOf(rest) };
-      return this;
-    } as WriteHead;
-    res.write = function (this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
-      self.collect(chunk, rest);
+    res.writeHead = ((status: number, ...rest: unknown[]) => {
+      this.head = { status, headers: headersOf(rest) };
+      return res;
+    }) as WriteHead;
+    res.write = ((chunk: unknown, ...rest: unknown[]) => {
+      this.collect(chunk, rest);
       return true;
-    } as Write;
-    res.end = function (this: ServerResponse, ...args: unknown[]) {
+    }) as Write;
+    res.end = ((...args: unknown[]) => {
       const chunk = typeof args[0] === 'function' ? undefined : args[0];
-      self.collect(chunk, args.slice(1));
-      if (typeof args[0] === 'function') self.callbacks.push(args[0] as Callback);
-      self.restore();
-      void self.flush();
-      return this;
-    } as End;
+      this.collect(chunk, args.slice(1));
+      if (typeof args[0] === 'function') this.callbacks.push(args[0] as Callback);
+      this.restore();
+      void this.flush();
+      return res;
+    }) as End;
   }
 
   /** Stops holding: the response's own methods are back (nothing held is written). */

@@ -50,7 +50,11 @@ export function storeQuery<T>(
     );
   }
   return withinTimeout(send<T>(pool, query), timeoutMs, query.operation).catch((error: unknown) => {
-    dataSource.logger.logQueryError(error instanceof Error ? error : String(error), query.text, query.logged);
+    dataSource.logger.logQueryError(
+      error instanceof Error ? error : String(error),
+      query.text,
+      query.logged,
+    );
     throw error;
   });
 }
