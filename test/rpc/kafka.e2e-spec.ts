@@ -1,4 +1,6 @@
-import { Controller, INestMicroservice } from '@nestjs/common';
+import { ClassSerializerInterceptor, Controller, INestMicroservice } from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import { Exclude } from 'class-transformer';
 import {
   Ctx,
   EventPattern,
@@ -27,6 +29,18 @@ const runs = new Map<string, number>();
 const gates = new Map<string, { entered: Gate; release: Gate }>();
 const ran = (name: string) => runs.set(name, (runs.get(name) ?? 0) + 1);
 
+class Customer {
+  constructor(
+    readonly id: string,
+    readonly email: string,
+    passwordHash: string,
+  ) {
+    this.passwordHash = passwordHash;
+  }
+  @Exclude()
+  passwordHash: string;
+}
+
 @Controller()
 class OrdersConsumer {
   @EventPattern<string>('orders.placed')
@@ -46,6 +60,13 @@ class OrdersConsumer {
   flaky(@Payload() data: { orderId: string }) {
     ran(`flaky:${data.orderId}`);
     if (runs.get(`flaky:${data.orderId}`) === 1) throw new Error('downstream timeout');
+  }
+
+  @MessagePattern('orders.customer')
+  @Idempotent({ key: 'data.requestId' })
+  customer(@Payload() data: { requestId: string }) {
+    ran('customer');
+    return new Customer(data.requestId, 'ann@example.com', 'hash-of-secret-password');
   }
 
   @MessagePattern('orders.quote')
@@ -95,6 +116,8 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     const moduleRef = await Test.createTestingModule({
       imports: [IdempotencyModule.forRoot({ store })],
       controllers: [OrdersConsumer],
+      // As Nest's docs register it: the reply is serialized after the library's interceptor.
+      providers: [{ provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor }],
     }).compile();
     app = moduleRef.createNestMicroservice({ strategy: server, logger: false });
     await app.init();
@@ -234,5 +257,24 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     await expect(deliver('orders.placed', framed, { orderId: 'framed' })).resolves.toBeUndefined();
     await expect(deliver('orders.placed', framed, { orderId: 'framed' })).resolves.toBeUndefined();
     expect(runs.get('placed')).toBe(before + 1);
+  });
+
+  it('never stores (nor replays) a field ClassSerializerInterceptor excludes from a @MessagePattern reply', async () => {
+    const requestId = randomUUID();
+    const headers = { kafka_replyTopic: 'orders.customer.reply' };
+    for (let i = 0; i < 2; i++) {
+      await deliver(
+        'orders.customer',
+        requestId,
+        { requestId },
+        { ...headers, kafka_correlationId: randomUUID() },
+      );
+    }
+    const raw = (await repliesOn('orders.customer.reply', 2)).map((reply) => JSON.stringify(reply));
+    expect(raw[0]).not.toContain('hash-of-secret-password');
+    expect(raw[1]).toBe(raw[0]);
+    const record = await store.find({ scope: 'OrdersConsumer.customer', key: requestId });
+    expect(record!.payload!.toString('utf8')).not.toContain('hash-of-secret-password');
+    expect(runs.get('customer')).toBe(1);
   });
 });
