@@ -27,7 +27,7 @@ import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
 import { requestFingerprint } from './fingerprint';
 import { readKeyHeader } from './key-header';
-import { problem } from './problem';
+import { problem, ProblemDetails } from './problem';
 import { FinishedResponse, HeldResponse, Outgoing } from './raw-response';
 
 /** The parts of an Express or Fastify request the adapter reads. */
@@ -321,15 +321,33 @@ export class HttpIdempotency {
     };
   }
 
-  /** Sets the problem document's headers on the response, so whichever filter sends it keeps them. */
+  /**
+   * Readies a refusal: its `Retry-After` goes on the response now, and when the
+   * application's exception handling (Nest's own, or a filter of yours) sends
+   * the problem document as it is, it goes out as `application/problem+json`
+   * (Nest 11's Express adapter would relabel it `application/json`). A filter
+   * that renders something else is left alone.
+   */
   private refuse(
     response: unknown,
     exception: ReturnType<typeof problem>,
   ): ReturnType<typeof problem> {
     const adapter = this.adapterHost.httpAdapter;
-    adapter.setHeader(response, 'Content-Type', 'application/problem+json');
     for (const [name, value] of Object.entries(exception.headers))
       adapter.setHeader(response, name, value);
+    const raw = (
+      response && typeof response === 'object' && 'raw' in response ? response.raw : response
+    ) as ServerResponse;
+    new HeldResponse(raw, async (finished) =>
+      isProblem(finished, exception)
+        ? {
+            kind: 'replace',
+            status: finished.status,
+            headers: { ...finished.headers, 'content-type': 'application/problem+json' },
+            body: finished.body,
+          }
+        : { kind: 'as-finished' },
+    );
     return exception;
   }
 
@@ -361,6 +379,18 @@ export class HttpIdempotency {
       );
     }
     throw error;
+  }
+}
+
+/** True when what is being sent is this refusal's problem document (whatever its Content-Type). */
+function isProblem(finished: FinishedResponse, exception: ReturnType<typeof problem>): boolean {
+  if (finished.status !== exception.problem.status || finished.body.length > 64 * 1024)
+    return false;
+  try {
+    const sent = JSON.parse(finished.body.toString('utf8')) as Partial<ProblemDetails>;
+    return sent.code === exception.problem.code && sent.detail === exception.problem.detail;
+  } catch {
+    return false;
   }
 }
 
