@@ -30,7 +30,9 @@ async function main(): Promise<void> {
   const app = await NestFactory.create(AppModule.register({ withConsumer: Boolean(amqpUrl) }));
   // What the library did with each request or message, by key digest (never the key).
   const events = new Logger('Idempotency');
-  app.get(IdempotencyEngine).onEvent((event) => events.log(`${event.type} ${event.keyDigest}`));
+  app
+    .get(IdempotencyEngine)
+    .onEvent((event) => events.log(`${event.type} ${"keyDigest" in event ? event.keyDigest : event.scope}`));
   if (amqpUrl) {
     // A hybrid application, without inheritAppConfig: @Idempotent brings its own
     // interceptor, so the message handler is protected all the same.

@@ -74,6 +74,11 @@ export class IdempotencyEngine {
     };
   }
 
+  /** Hands `event` to the listeners (for the parts of the library that act beside the engine, such as the purge). */
+  publish(event: IdempotencyEvent): void {
+    if (this.listeners.size > 0) this.dispatch(event);
+  }
+
   /** Subscribes to engine events; returns the unsubscribe function. */
   onEvent(listener: IdempotencyEventListener): () => void {
     this.listeners.add(listener);
@@ -157,6 +162,10 @@ export class IdempotencyEngine {
     });
     // Only outcomes that log or emit need the digest; a replay usually does not.
     const digest = () => keyDigest(policy.scope, call.key, call.tenant);
+    if (result.waitedMs !== undefined) {
+      const waitedMs = result.waitedMs;
+      this.context.emit(() => ({ type: 'waited', scope: policy.scope, keyDigest: digest(), waitedMs }));
+    }
     switch (result.kind) {
       case 'duplicate':
         this.context.emit(() => ({
@@ -173,6 +182,7 @@ export class IdempotencyEngine {
           scope: policy.scope,
           keyDigest: keyDigestText,
           acquireMs: performance.now() - startedAt,
+          stolen: result.stolen === true,
         }));
         return {
           kind: 'acquired',

@@ -1,10 +1,19 @@
 /**
  * One event per edge and outcome, for metrics, traces and operators. Each
- * names the record by its scope and key digest, never by the raw key or a
- * tenant. Emitted synchronously; a listener that throws is logged and ignored.
+ * names the record by its scope and key digest (a purge run, which covers all
+ * scopes, by `*`), never by the raw key or a tenant. Emitted synchronously; a
+ * listener that throws is logged and ignored.
  */
 export type IdempotencyEvent =
-  | { type: 'acquired'; scope: string; keyDigest: string; acquireMs: number }
+  | {
+      type: 'acquired';
+      scope: string;
+      keyDigest: string;
+      acquireMs: number;
+      /** Taken over from an expired lease (or an expired result), when the store says so. */
+      stolen: boolean;
+    }
+  | { type: 'waited'; scope: string; keyDigest: string; waitedMs: number }
   | { type: 'completed'; scope: string; keyDigest: string; actionMs: number }
   | { type: 'replayed'; scope: string; keyDigest: string; acquireMs: number }
   | { type: 'in-flight'; scope: string; keyDigest: string; retryAfterMs: number; acquireMs: number }
@@ -32,6 +41,15 @@ export type IdempotencyEvent =
     }
   | { type: 'completion-retry'; scope: string; keyDigest: string; attempt: number; error: string }
   | { type: 'completion-failed'; scope: string; keyDigest: string; attempts: number; error: string }
-  | { type: 'release-failed'; scope: string; keyDigest: string; error: string };
+  | { type: 'release-failed'; scope: string; keyDigest: string; error: string }
+  | {
+      type: 'purge-run';
+      /** Always `*`: a purge covers every scope. */
+      scope: '*';
+      /** Records deleted, in `batches` batches. */
+      purged: number;
+      batches: number;
+      error?: string;
+    };
 
 export type IdempotencyEventListener = (event: IdempotencyEvent) => void;

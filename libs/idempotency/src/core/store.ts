@@ -89,11 +89,20 @@ export interface ReplayedRecord {
   fingerprint: string | null;
 }
 
-export type AcquireResult =
-  | { kind: 'acquired'; lease: Lease }
+export type AcquireResult = (
+  | {
+      kind: 'acquired';
+      lease: Lease;
+      /** Optional: true when the record was taken over from an expired lease (or an expired result). */
+      stolen?: boolean;
+    }
   | ReplayedRecord
   | { kind: 'in-flight'; retryAfterMs: number }
-  | { kind: 'fingerprint-mismatch' };
+  | { kind: 'fingerprint-mismatch' }
+) & {
+  /** Optional: how long the caller waited inside `tryAcquire` for a holder (`waitForRecord` reports it). */
+  waitedMs?: number;
+};
 
 export type RecordState = 'IN_PROGRESS' | 'COMPLETE';
 

@@ -6,7 +6,7 @@ const CHANGES_BEFORE_BACKOFF = 8;
 
 /** What one atomic look at a record found. */
 export type Observation =
-  | { kind: 'acquired'; lease: Lease }
+  | { kind: 'acquired'; lease: Lease; stolen?: boolean }
   | { kind: 'record'; record: ObservedRecord }
   /** The record changed while the look was under way (a stale read): look again at once. */
   | { kind: 'changed' };
@@ -41,11 +41,14 @@ export async function waitForRecord(options: WaitForRecordOptions): Promise<Acqu
   // The wait is this caller's own patience, so this process's clock measures it.
   const deadline = Date.now() + request.waitTimeoutMs;
   let changes = 0;
+  let waitedMs = 0;
+  const answer = <T extends AcquireResult>(result: T): T =>
+    waitedMs > 0 ? { ...result, waitedMs } : result;
   for (;;) {
     const ticket = willWait ? waiters.register(waiterId) : undefined;
     try {
       const observed = await look(willWait);
-      if (observed.kind === 'acquired') return observed;
+      if (observed.kind === 'acquired') return answer(observed);
       if (observed.kind === 'changed') {
         // A record that keeps changing under the look: look again, at once the first
         // few times, then backing off, so no store can spin on it.
@@ -57,14 +60,16 @@ export async function waitForRecord(options: WaitForRecordOptions): Promise<Acqu
       }
       changes = 0;
       const decision = decide(observed.record, request.fingerprint);
-      if (decision.kind !== 'busy') return decision;
+      if (decision.kind !== 'busy') return answer(decision);
       const waitLeftMs = deadline - Date.now();
       // The ticket counts itself: past the cap, answer at once rather than hold one more.
       if (!ticket || waitLeftMs <= 0 || waiters.size > maxWaiters) {
-        return { kind: 'in-flight', retryAfterMs: decision.retryAfterMs };
+        return answer({ kind: 'in-flight', retryAfterMs: decision.retryAfterMs });
       }
       waiters.waiting(request.scope);
+      const waitStarted = performance.now();
       await ticket.wait(Math.min(waitLeftMs, decision.retryAfterMs + 1, options.pollMs()));
+      waitedMs += performance.now() - waitStarted;
     } finally {
       ticket?.dispose();
     }

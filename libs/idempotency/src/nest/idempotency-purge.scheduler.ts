@@ -6,6 +6,7 @@ import {
   OnApplicationShutdown,
 } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
+import { IdempotencyEngine } from '../core/engine';
 import { DEFAULT_PURGE } from './idempotency.options';
 import type { ModuleSettings } from './module-settings';
 import { MODULE_SETTINGS } from './module-settings.provider';
@@ -30,7 +31,10 @@ export class IdempotencyPurgeScheduler implements OnApplicationBootstrap, OnAppl
   private running?: Promise<PurgeRun>;
   private stopped = false;
 
-  constructor(@Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings) {
+  constructor(
+    @Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings,
+    private readonly engine: IdempotencyEngine,
+  ) {
     if (settings.purge === false) return;
     this.intervalMs = settings.purge.intervalMs;
     this.batchSize = settings.purge.batchSize;
@@ -72,6 +76,7 @@ export class IdempotencyPurgeScheduler implements OnApplicationBootstrap, OnAppl
       this.logger.warn(`purge of expired idempotency records failed: ${run.error}`);
     }
     this.events.emit('run', run);
+    this.engine.publish({ type: 'purge-run', scope: '*', ...run });
     return run;
   }
 }

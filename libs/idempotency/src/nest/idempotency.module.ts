@@ -3,6 +3,7 @@ import { DiscoveryModule, HttpAdapterHost } from '@nestjs/core';
 import { IdempotencyEngine } from '../core/engine';
 import { IdempotencyStore } from '../core/store';
 import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
+import { instrumentIdempotencyEngine, TracingIdempotencyStore } from '../telemetry/opentelemetry';
 import { HttpIdempotency } from './http/http-adapter';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
@@ -36,13 +37,7 @@ import { MessageIdempotency } from './rpc/message-adapter';
     {
       provide: IdempotencyEngine,
       inject: [MODULE_SETTINGS],
-      useFactory: (settings: ModuleSettings) =>
-        new IdempotencyEngine(
-          settings.options.cache
-            ? new ReplayCachingStore(settings.store, settings.options.cache)
-            : settings.store,
-          { logger: settings.options.logger ?? new Logger('Idempotency') },
-        ),
+      useFactory: (settings: ModuleSettings) => createEngine(settings),
     },
     {
       provide: HttpIdempotency,
@@ -80,6 +75,22 @@ import { MessageIdempotency } from './rpc/message-adapter';
   ],
 })
 export class IdempotencyModule extends ConfigurableIdempotencyModule {}
+
+/** The engine over the configured store: with the replay cache and telemetry when asked for. */
+function createEngine(settings: ModuleSettings): IdempotencyEngine {
+  const { options } = settings;
+  let store: IdempotencyStore = options.cache
+    ? new ReplayCachingStore(settings.store, options.cache)
+    : settings.store;
+  const telemetry = typeof options.telemetry === 'object' ? (options.telemetry as object) : {};
+  if (options.telemetry) store = new TracingIdempotencyStore(store, telemetry);
+  const engine = new IdempotencyEngine(store, {
+    logger: options.logger ?? new Logger('Idempotency'),
+  });
+  if (options.telemetry) instrumentIdempotencyEngine(engine, telemetry);
+  if (options.onEvent) engine.onEvent(options.onEvent);
+  return engine;
+}
 
 /** Injects the configured `IdempotencyStore`. */
 export const InjectIdempotencyStore = () => Inject(IdempotencyStore);

@@ -1,5 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { Duration } from '../core/duration';
+import type { IdempotencyEvent } from '../core/events';
 import type { IdempotencyLogger } from '../core/logger';
 import type { IdempotencyStore } from '../core/store';
 import type { ReplayCacheOptions } from '../stores/cache/replay-cache.store';
@@ -110,6 +111,13 @@ export interface IdempotencyModuleOptions {
    * expiry, so a replay touches no database. Off by default.
    */
   cache?: ReplayCacheOptions | false;
+  /** Called with every engine event (one per edge and outcome; see `IdempotencyEvent`). */
+  onEvent?: (event: IdempotencyEvent) => void;
+  /**
+   * OpenTelemetry metrics and spans through `@opentelemetry/api` (which must be
+   * installed): `true` for the global meter and tracer, or your own.
+   */
+  telemetry?: boolean | { meter?: unknown; tracer?: unknown };
   logger?: IdempotencyLogger;
 }
 

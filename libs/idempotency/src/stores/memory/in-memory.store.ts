@@ -162,7 +162,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         payload: null,
       });
       const lease: MemoryLease = { id, leaseId, leaseMs: request.leaseMs, ttlMs: request.ttlMs };
-      return { kind: 'acquired', lease };
+      return { kind: 'acquired', lease, stolen: existing !== undefined };
     }
     const record: ObservedRecord = {
       state: existing.state,

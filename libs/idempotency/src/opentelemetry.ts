@@ -1,0 +1,11 @@
+/**
+ * `nest-idempotency/opentelemetry`: metrics from the engine's events and a
+ * tracing store wrapper, through `@opentelemetry/api` (an optional peer; the
+ * application brings the SDK). In a Nest application, `telemetry: true` in
+ * `IdempotencyModule.forRoot` does both.
+ */
+export {
+  instrumentIdempotencyEngine,
+  TracingIdempotencyStore,
+} from './telemetry/opentelemetry';
+export type { IdempotencyTelemetryOptions } from './telemetry/opentelemetry';

@@ -1,0 +1,231 @@
+import { IdempotencyStoreUnavailableError } from '../../core/errors';
+
+/**
+ * The slice of node-redis (the `redis` package, v5 and v6) the store uses,
+ * written out structurally so that this entry point loads nothing from the
+ * package at run time and its declarations name none of its types: a client
+ * from `createClient()` or `createCluster()` (of `redis` or `@redis/client`,
+ * with any modules, scripts or RESP version) fits as it is.
+ */
+export type RedisArgument = string | Buffer;
+
+export interface RedisCommandOptions {
+  /** RESP type byte → JavaScript type; the store asks for bulk strings as Buffers. */
+  typeMapping?: Record<number, unknown>;
+  /** node-redis drops a command still queued after this many milliseconds. */
+  timeout?: number;
+}
+
+type Listener = (message: string, channel: string) => unknown;
+
+interface Evented {
+  on(event: string, listener: (...args: never[]) => unknown): unknown;
+  removeListener(event: string, listener: (...args: never[]) => unknown): unknown;
+}
+
+/** What a standalone client (`createClient()`) offers. */
+export interface RedisStandaloneClient extends Evented {
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  sendCommand(args: ReadonlyArray<RedisArgument>, options?: RedisCommandOptions): Promise<unknown>;
+  duplicate(): RedisStandaloneSubscriber;
+}
+
+/** The connection the store opens for itself with `duplicate()`. */
+export interface RedisStandaloneSubscriber extends Evented {
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  connect(): Promise<unknown>;
+  destroy(): void;
+  subscribe(channels: string, listener: Listener): Promise<void>;
+}
+
+/** What a Cluster client (`createCluster()`) offers. */
+export interface RedisClusterClient extends Evented {
+  readonly isOpen: boolean;
+  readonly isReady: boolean;
+  readonly masters: ReadonlyArray<object>;
+  sendCommand(
+    firstKey: RedisArgument | undefined,
+    isReadonly: boolean | undefined,
+    args: ReadonlyArray<RedisArgument>,
+    options?: RedisCommandOptions,
+  ): Promise<unknown>;
+  nodeClient(node: never): Promise<Pick<RedisStandaloneClient, 'sendCommand'>>;
+  duplicate(overrides?: { minimizeConnections?: boolean }): RedisClusterSubscriber;
+}
+
+/** The Cluster client the store opens for its sharded subscriptions. */
+export interface RedisClusterSubscriber extends Evented {
+  readonly isOpen: boolean;
+  connect(): Promise<unknown>;
+  destroy(): void;
+  sSubscribe(channels: string, listener: Listener): Promise<void>;
+  sUnsubscribe(channels: string, listener: Listener): Promise<void>;
+}
+
+/** The application's client: standalone or Cluster. The store never connects, closes or reconfigures it. */
+export type RedisIdempotencyClient = RedisStandaloneClient | RedisClusterClient;
+
+export function isCluster(client: RedisIdempotencyClient): client is RedisClusterClient {
+  return typeof (client as RedisClusterClient).nodeClient === 'function';
+}
+
+/** RESP3's (and node-redis's) type byte for a bulk string: `$`. */
+const BLOB_STRING = 36;
+/** Bulk strings come back as Buffers: the payload byte for byte, everything else decoded by the store. */
+export const AS_BUFFERS: RedisCommandOptions['typeMapping'] = { [BLOB_STRING]: Buffer };
+
+/**
+ * One command on the application's client, routed by `key` on a Cluster (the
+ * client follows MOVED and ASK itself), given up after `timeoutMs` with
+ * `IdempotencyStoreUnavailableError`. node-redis drops the command if it was
+ * still queued by then (a client reconnecting queues commands); one already
+ * written may still run on the server.
+ */
+export class RedisCommands {
+  readonly cluster: boolean;
+
+  constructor(
+    readonly client: RedisIdempotencyClient,
+    private readonly timeoutMs: number,
+  ) {
+    this.cluster = isCluster(client);
+  }
+
+  send(
+    operation: string,
+    key: string | undefined,
+    args: ReadonlyArray<RedisArgument>,
+    options: { buffers?: boolean; timeoutMs?: number } = {},
+  ): Promise<unknown> {
+    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    const commandOptions: RedisCommandOptions = { timeout: timeoutMs };
+    if (options.buffers) commandOptions.typeMapping = AS_BUFFERS;
+    return this.bounded(operation, timeoutMs, () =>
+      isCluster(this.client)
+        ? this.client.sendCommand(key, false, args, commandOptions)
+        : this.client.sendCommand(args, commandOptions),
+    );
+  }
+
+  /**
+   * One client per master, for what must visit every shard (SCAN, SCRIPT LOAD).
+   * Standalone: the application's client itself.
+   */
+  async masters(operation: string): Promise<Array<Pick<RedisStandaloneClient, 'sendCommand'>>> {
+    const client = this.client;
+    if (!isCluster(client)) return [client];
+    return this.bounded(operation, this.timeoutMs, () =>
+      Promise.all(client.masters.map((master) => client.nodeClient(master as never))),
+    );
+  }
+
+  /** A command on one node's client (from `masters`), bounded like `send`. */
+  sendTo(
+    node: Pick<RedisStandaloneClient, 'sendCommand'>,
+    operation: string,
+    args: ReadonlyArray<RedisArgument>,
+  ): Promise<unknown> {
+    return this.bounded(operation, this.timeoutMs, () =>
+      node.sendCommand(args, { timeout: this.timeoutMs }),
+    );
+  }
+
+  private async bounded<T>(operation: string, timeoutMs: number, call: () => Promise<T>): Promise<T> {
+    if (!this.client.isOpen) {
+      throw new IdempotencyStoreUnavailableError(
+        `Redis is unavailable during ${operation}: the client is not open (connect it before the store is used; was it closed?)`,
+      );
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new IdempotencyStoreUnavailableError(this.timeoutMessage(operation, timeoutMs))),
+        timeoutMs,
+      );
+    });
+    try {
+      return await Promise.race([call(), timeout]);
+    } catch (error) {
+      throw this.translate(operation, timeoutMs, error);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private timeoutMessage(operation: string, timeoutMs: number): string {
+    const state = this.client.isReady ? '' : ' (the client is not connected: it is reconnecting)';
+    return `Redis did not answer ${operation} within ${timeoutMs} ms${state}`;
+  }
+
+  private translate(operation: string, timeoutMs: number, error: unknown): unknown {
+    if (error instanceof IdempotencyStoreUnavailableError) return error;
+    if (!isUnavailable(error)) return error;
+    const message = isTimeout(error)
+      ? this.timeoutMessage(operation, timeoutMs)
+      : `Redis is unavailable during ${operation}: ${(error as Error).message}`;
+    return new IdempotencyStoreUnavailableError(message, 1000, { cause: error });
+  }
+}
+
+/** Server replies that mean "not now" rather than "wrong": loading, failing over, a busy script, out of memory. */
+const UNAVAILABLE_REPLY =
+  /^(LOADING|CLUSTERDOWN|MASTERDOWN|READONLY|TRYAGAIN|BUSY|NOREPLICAS|MISCONF|OOM)\b/;
+
+function classNames(error: object): string[] {
+  const names: string[] = [];
+  for (let p = Object.getPrototypeOf(error); p && p !== Error.prototype; p = Object.getPrototypeOf(p))
+    names.push(p.constructor?.name);
+  return names;
+}
+
+/** A reply the server sent (node-redis's `ErrorReply` and its subclasses). */
+export function isErrorReply(error: unknown): error is Error {
+  return error instanceof Error && classNames(error).includes('ErrorReply');
+}
+
+function isTimeout(error: unknown): boolean {
+  return error instanceof Error && classNames(error).includes('TimeoutError');
+}
+
+/** node-redis's own errors for a connection that is gone, not yet there, or too slow. */
+const CLIENT_UNAVAILABLE = new Set([
+  'ClientClosedError',
+  'ClientOfflineError',
+  'ConnectionTimeoutError',
+  'SocketTimeoutError',
+  'SocketClosedUnexpectedlyError',
+  'DisconnectsClientError',
+  'RootNodesUnavailableError',
+  'ReconnectStrategyError',
+  'MaxCommandRedirectionsError',
+  'TimeoutError',
+  'AbortError',
+]);
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'EAI_AGAIN',
+]);
+
+/**
+ * True when an error means "Redis cannot answer right now": the client's
+ * connection errors, a socket error, and the server's not-now replies. A
+ * reply such as a script error or WRONGTYPE is a fault, reported as it is.
+ */
+export function isUnavailable(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  if (isErrorReply(error)) return UNAVAILABLE_REPLY.test(error.message);
+  if (classNames(error).some((name) => CLIENT_UNAVAILABLE.has(name))) return true;
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'string' && NETWORK_CODES.has(code);
+}
+
+export function isNoScript(error: unknown): boolean {
+  return isErrorReply(error) && error.message.startsWith('NOSCRIPT');
+}

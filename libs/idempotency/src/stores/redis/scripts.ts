@@ -1,0 +1,156 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * The store's Lua scripts. Each transition is one script, so one round trip
+ * and atomic on the server (a script runs alone). Sent as EVALSHA; a server
+ * that does not have the script (restarted, flushed, a new master after a
+ * failover) answers NOSCRIPT and the store sends it once as EVAL, which
+ * caches it again.
+ *
+ * Every time decision uses the server's `TIME`, never the application's
+ * clock. Times are stored as epoch milliseconds with three decimals
+ * (microseconds), so records created in the same millisecond still order.
+ *
+ * The record is one hash:
+ *
+ *   s   scope                 k   key (both verbatim)
+ *   st  IN_PROGRESS | COMPLETE
+ *   l   lease id              le  lease expiry        (IN_PROGRESS only)
+ *   e   TTL end               c   created             d   completed (COMPLETE only)
+ *   f   fingerprint (absent: none)
+ *   p   payload bytes (COMPLETE only)
+ *   w   "1" once a duplicate waits on the record (IN_PROGRESS only)
+ *
+ * and the key expires (PEXPIREAT) at the later of its TTL and its lease:
+ * Redis removes a record by itself once nothing can use it any more, and
+ * never while its lease is live.
+ */
+export interface RedisScript {
+  readonly name: string;
+  readonly source: string;
+  readonly sha: string;
+}
+
+const PRELUDE = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local function ms(x) return string.format('%.3f', x) end
+local function at(x) return string.format('%.0f', math.ceil(x)) end
+`;
+
+function script(name: string, body: string): RedisScript {
+  const source = `-- nest-idempotency: ${name}\n${PRELUDE}${body}`;
+  return { name, source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+/**
+ * KEYS[1] record. ARGV: scope, key, lease id, lease ms, ttl ms, has
+ * fingerprint (1/0), fingerprint, watch (1/0).
+ *
+ * Inserts, or steals an IN_PROGRESS record whose lease ran out (or a COMPLETE
+ * one past its TTL that Redis has not removed yet), and returns {'acquired'};
+ * otherwise returns {'existing', state, fingerprint, payload (COMPLETE),
+ * completed at, lease left ms, TTL left ms} and writes nothing, except that a
+ * caller that will wait marks a live IN_PROGRESS record watched (once), so
+ * that complete and release publish only for records someone waits on.
+ * decide.ts isStealable and fingerprintsConflict, in Lua.
+ */
+export const ACQUIRE = script(
+  'acquire',
+  `
+local now = now_ms()
+local r = redis.call('HMGET', KEYS[1], 'st', 'le', 'e', 'f', 'd', 'w')
+local state = r[1]
+if state then
+  local lease_left = 0
+  if state == 'IN_PROGRESS' then lease_left = tonumber(r[2]) - now end
+  local expires_left = tonumber(r[3]) - now
+  local live
+  if state == 'IN_PROGRESS' then live = lease_left > 0 else live = expires_left > 0 end
+  if live then
+    local payload = false
+    if state == 'COMPLETE' then
+      payload = redis.call('HGET', KEYS[1], 'p')
+    elseif ARGV[8] == '1' and not r[6] and not (ARGV[6] == '1' and r[4] and r[4] ~= ARGV[7]) then
+      redis.call('HSET', KEYS[1], 'w', '1')
+    end
+    return {'existing', state, r[4], payload, r[5], ms(lease_left), ms(expires_left)}
+  end
+  redis.call('DEL', KEYS[1])
+end
+local lease_at = now + tonumber(ARGV[4])
+local expires_at = now + tonumber(ARGV[5])
+redis.call('HSET', KEYS[1], 's', ARGV[1], 'k', ARGV[2], 'st', 'IN_PROGRESS', 'l', ARGV[3],
+  'le', ms(lease_at), 'e', ms(expires_at), 'c', ms(now))
+if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'f', ARGV[7]) end
+redis.call('PEXPIREAT', KEYS[1], at(math.max(lease_at, expires_at)))
+return {'acquired'}
+`,
+);
+
+/**
+ * KEYS[1] record. ARGV: lease id, payload, ttl ms, publish command (PUBLISH
+ * or SPUBLISH), channel, message. Returns 0 (not held under this lease), 1
+ * (completed), 2 (completed, and a waiter was told).
+ */
+export const COMPLETE = script(
+  'complete',
+  `
+local r = redis.call('HMGET', KEYS[1], 'st', 'l', 'w')
+if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end
+local now = now_ms()
+local expires_at = now + tonumber(ARGV[3])
+redis.call('HDEL', KEYS[1], 'l', 'le', 'w')
+redis.call('HSET', KEYS[1], 'st', 'COMPLETE', 'p', ARGV[2], 'd', ms(now), 'e', ms(expires_at))
+redis.call('PEXPIREAT', KEYS[1], at(expires_at))
+if r[3] then
+  redis.call(ARGV[4], ARGV[5], ARGV[6])
+  return 2
+end
+return 1
+`,
+);
+
+/** KEYS[1] record. ARGV: lease id, publish command, channel, message. Returns 0, 1 (deleted) or 2 (deleted, waiter told). */
+export const RELEASE = script(
+  'release',
+  `
+local r = redis.call('HMGET', KEYS[1], 'st', 'l', 'w')
+if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if r[3] then
+  redis.call(ARGV[2], ARGV[3], ARGV[4])
+  return 2
+end
+return 1
+`,
+);
+
+/** KEYS[1] record. ARGV: lease id, lease ms. Moves the lease and the key's expiry; returns 1, or 0 when not held. */
+export const EXTEND = script(
+  'extend',
+  `
+local r = redis.call('HMGET', KEYS[1], 'st', 'l', 'e')
+if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end
+local lease_at = now_ms() + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'le', ms(lease_at))
+redis.call('PEXPIREAT', KEYS[1], at(math.max(lease_at, tonumber(r[3]))))
+return 1
+`,
+);
+
+/** KEYS[1] record. Read-only: the record's fields and 'now' (the server's time), or nil. */
+export const VIEW = script(
+  'view',
+  `
+local h = redis.call('HGETALL', KEYS[1])
+if #h == 0 then return false end
+h[#h + 1] = 'now'
+h[#h + 1] = ms(now_ms())
+return h
+`,
+);
+
+export const SCRIPTS: readonly RedisScript[] = [ACQUIRE, COMPLETE, RELEASE, EXTEND, VIEW];

@@ -1,0 +1,261 @@
+import type { Attributes, Counter, Histogram, Meter, Tracer } from '@opentelemetry/api';
+import { IdempotencyConfigError } from '../core/errors';
+import type { IdempotencyEngine } from '../core/engine';
+import type { IdempotencyEvent } from '../core/events';
+import { storedKeyDigest } from '../core/key';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  IdempotencyRecordView,
+  IdempotencyStore,
+  Lease,
+  ListFilter,
+  RecordId,
+  StoredPayload,
+} from '../core/store';
+
+/**
+ * OpenTelemetry for the library, through `@opentelemetry/api` alone (the
+ * application brings the SDK and its exporters). Metrics come from the
+ * engine's events; spans and store timings from wrapping the store. A raw key
+ * is never an attribute: records are named by `idempotency.key_digest`.
+ *
+ * | Instrument | Kind, unit | Attributes |
+ * |---|---|---|
+ * | `idempotency.outcomes` | counter, `{call}` | `idempotency.scope`, `idempotency.outcome` |
+ * | `idempotency.acquire.duration` | histogram, `s` | `idempotency.scope`, `idempotency.outcome` |
+ * | `idempotency.wait.duration` | histogram, `s` | `idempotency.scope` |
+ * | `idempotency.action.duration` | histogram, `s` | `idempotency.scope` |
+ * | `idempotency.store.operation.duration` | histogram, `s` | `idempotency.store.operation`, `error.type` |
+ * | `idempotency.purge.records` | counter, `{record}` | — |
+ */
+export interface IdempotencyTelemetryOptions {
+  /** Default: `metrics.getMeter('nest-idempotency')`. */
+  meter?: Meter;
+  /** Default: `trace.getTracer('nest-idempotency')`. */
+  tracer?: Tracer;
+}
+
+type Api = typeof import('@opentelemetry/api');
+let loaded: Api | undefined;
+
+/** `@opentelemetry/api`, loaded when telemetry is first asked for: it is an optional peer. */
+function otel(): Api {
+  if (!loaded) {
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      loaded = require('@opentelemetry/api') as Api;
+    } catch (error) {
+      throw new IdempotencyConfigError(
+        `telemetry needs @opentelemetry/api, which could not be loaded: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+  }
+  return loaded;
+}
+
+/** `idempotency.outcome` for each event that ends (or changes) a call. */
+const OUTCOME: Partial<Record<IdempotencyEvent['type'], string>> = {
+  acquired: 'acquired',
+  completed: 'executed',
+  replayed: 'replayed',
+  'in-flight': 'in_flight',
+  'fingerprint-mismatch': 'fingerprint_mismatch',
+  released: 'released',
+  'lease-lost': 'lease_lost',
+  'completion-retry': 'completion_retry',
+  'completion-failed': 'completion_failed',
+  'not-storable': 'not_storable',
+  'release-failed': 'release_failed',
+};
+
+interface Instruments {
+  outcomes: Counter;
+  acquire: Histogram;
+  wait: Histogram;
+  action: Histogram;
+  purged: Counter;
+}
+
+/**
+ * Records the engine's events as metrics; returns the unsubscribe function.
+ * An acquisition that took an expired lease over counts as `stolen` too.
+ */
+export function instrumentIdempotencyEngine(
+  engine: IdempotencyEngine,
+  options: IdempotencyTelemetryOptions = {},
+): () => void {
+  const meter = options.meter ?? otel().metrics.getMeter('nest-idempotency');
+  const seconds = { unit: 's' };
+  const instruments: Instruments = {
+    outcomes: meter.createCounter('idempotency.outcomes', {
+      unit: '{call}',
+      description: 'Edges and outcomes of idempotent calls, by scope and outcome',
+    }),
+    acquire: meter.createHistogram('idempotency.acquire.duration', {
+      ...seconds,
+      description: 'Time to acquire a key or learn its outcome, waiting included',
+    }),
+    wait: meter.createHistogram('idempotency.wait.duration', {
+      ...seconds,
+      description: "Time a duplicate waited inside the store for the holder's outcome",
+    }),
+    action: meter.createHistogram('idempotency.action.duration', {
+      ...seconds,
+      description: 'Time from the acquisition to the stored result (the handler and its response)',
+    }),
+    purged: meter.createCounter('idempotency.purge.records', {
+      unit: '{record}',
+      description: 'Expired records deleted by purge runs',
+    }),
+  };
+  return engine.onEvent((event) => record(instruments, event));
+}
+
+function record(instruments: Instruments, event: IdempotencyEvent): void {
+  if (event.type === 'purge-run') {
+    instruments.purged.add(event.purged);
+    return;
+  }
+  const scope = { 'idempotency.scope': event.scope };
+  const outcome = OUTCOME[event.type];
+  if (outcome) instruments.outcomes.add(1, { ...scope, 'idempotency.outcome': outcome });
+  switch (event.type) {
+    case 'acquired':
+      if (event.stolen) instruments.outcomes.add(1, { ...scope, 'idempotency.outcome': 'stolen' });
+      instruments.acquire.record(event.acquireMs / 1000, { ...scope, 'idempotency.outcome': 'acquired' });
+      break;
+    case 'replayed':
+      instruments.acquire.record(event.acquireMs / 1000, { ...scope, 'idempotency.outcome': 'replayed' });
+      break;
+    case 'in-flight':
+      instruments.acquire.record(event.acquireMs / 1000, { ...scope, 'idempotency.outcome': 'in_flight' });
+      break;
+    case 'waited':
+      instruments.wait.record(event.waitedMs / 1000, scope);
+      break;
+    case 'completed':
+      instruments.action.record(event.actionMs / 1000, scope);
+      break;
+    default:
+      break;
+  }
+}
+
+/**
+ * A store whose every call is a span (a child of the caller's active span:
+ * the request's, under an HTTP instrumentation) with its outcome as an
+ * attribute, and a sample of `idempotency.store.operation.duration`.
+ */
+export class TracingIdempotencyStore implements IdempotencyStore {
+  private readonly tracer: Tracer;
+  private readonly duration: Histogram;
+  readonly onWait?: (listener: (scope: string) => void) => () => void;
+
+  constructor(
+    readonly inner: IdempotencyStore,
+    options: IdempotencyTelemetryOptions = {},
+  ) {
+    this.tracer = options.tracer ?? otel().trace.getTracer('nest-idempotency');
+    const meter = options.meter ?? otel().metrics.getMeter('nest-idempotency');
+    this.duration = meter.createHistogram('idempotency.store.operation.duration', {
+      unit: 's',
+      description: 'Duration of each store call',
+    });
+    if (inner.onWait) this.onWait = (listener) => inner.onWait!(listener);
+  }
+
+  tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+    return this.span(
+      'acquire',
+      {
+        'idempotency.scope': request.scope,
+        'idempotency.key_digest': storedKeyDigest(request.scope, request.key),
+      },
+      () => this.inner.tryAcquire(request),
+      (result) => ({ 'idempotency.outcome': result.kind }),
+    );
+  }
+
+  complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    return this.span('complete', { 'idempotency.payload.size': payload.length }, () =>
+      this.inner.complete(lease, payload),
+    );
+  }
+
+  release(lease: Lease): Promise<void> {
+    return this.span('release', {}, () => this.inner.release(lease));
+  }
+
+  extend(lease: Lease): Promise<boolean> {
+    return this.span(
+      'extend',
+      {},
+      () => this.inner.extend(lease),
+      (kept) => ({ 'idempotency.outcome': kept ? 'extended' : 'lease_lost' }),
+    );
+  }
+
+  purgeExpired(options?: { limit?: number }): Promise<number> {
+    return this.span(
+      'purge',
+      {},
+      () => this.inner.purgeExpired(options),
+      (purged) => ({ 'idempotency.purged': purged }),
+    );
+  }
+
+  find(id: RecordId): Promise<IdempotencyRecordView | null> {
+    return this.span('find', {}, () => this.inner.find(id));
+  }
+
+  list(filter?: ListFilter): Promise<IdempotencyRecordView[]> {
+    return this.span('list', {}, () => this.inner.list(filter));
+  }
+
+  async init(): Promise<void> {
+    await this.inner.init?.();
+  }
+
+  async close(): Promise<void> {
+    await this.inner.close?.();
+  }
+
+  private async span<T>(
+    operation: string,
+    attributes: Attributes,
+    call: () => Promise<T>,
+    outcome?: (result: T) => Attributes,
+  ): Promise<T> {
+    const { context, trace, SpanKind, SpanStatusCode } = otel();
+    const span = this.tracer.startSpan(
+      `idempotency ${operation}`,
+      {
+        kind: SpanKind.INTERNAL,
+        attributes: { 'idempotency.store.operation': operation, ...attributes },
+      },
+      context.active(),
+    );
+    const started = performance.now();
+    try {
+      const result = await context.with(trace.setSpan(context.active(), span), call);
+      if (outcome) span.setAttributes(outcome(result));
+      this.duration.record((performance.now() - started) / 1000, {
+        'idempotency.store.operation': operation,
+      });
+      return result;
+    } catch (error) {
+      const type = error instanceof Error ? error.name : 'Error';
+      span.setAttribute('error.type', type);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: type });
+      this.duration.record((performance.now() - started) / 1000, {
+        'idempotency.store.operation': operation,
+        'error.type': type,
+      });
+      throw error;
+    } finally {
+      span.end();
+    }
+  }
+}

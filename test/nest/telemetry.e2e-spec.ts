@@ -1,0 +1,168 @@
+import {
+  Controller,
+  INestApplication,
+  MiddlewareConsumer,
+  Module,
+  NestModule,
+  Post,
+} from '@nestjs/common';
+import { context, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
+import { randomUUID } from 'node:crypto';
+import { Idempotent, IdempotencyEvent, IdempotencyModule, keyDigest } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { DataSource } from 'typeorm';
+import { ADAPTERS, send, startHttpApp } from '../support/http-app';
+import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
+
+/**
+ * Events, metrics and spans, read back through the OpenTelemetry SDK's
+ * in-memory exporters. A middleware stands in for an HTTP instrumentation: it
+ * makes a request span active, and the library's spans must be its children.
+ */
+const spans = new InMemorySpanExporter();
+const tracerProvider = new BasicTracerProvider({
+  spanProcessors: [new SimpleSpanProcessor(spans)],
+});
+const tracer = tracerProvider.getTracer('test');
+const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+const reader = new PeriodicExportingMetricReader({
+  exporter: metricExporter,
+  exportIntervalMillis: 3_600_000,
+});
+const meterProvider = new MeterProvider({ readers: [reader] });
+const contextManager = new AsyncLocalStorageContextManager().enable();
+context.setGlobalContextManager(contextManager);
+
+@Controller('telemetry')
+class TelemetryController {
+  @Post()
+  @Idempotent()
+  create() {
+    return { id: randomUUID() };
+  }
+}
+
+const events: IdempotencyEvent[] = [];
+
+describe.each(ADAPTERS)('telemetry over %s', (adapter) => {
+  const schema = scratchSchema('otel');
+  let dataSource: DataSource;
+  let app: INestApplication;
+  let url: string;
+
+  @Module({ controllers: [TelemetryController] })
+  class RequestSpans implements NestModule {
+    configure(consumer: MiddlewareConsumer) {
+      consumer
+        .apply((_req: unknown, _res: unknown, next: () => void) => {
+          const span = tracer.startSpan('POST /telemetry');
+          context.with(trace.setSpan(context.active(), span), () => {
+            next();
+            setImmediate(() => span.end());
+          });
+        })
+        .forRoutes('*');
+    }
+  }
+
+  beforeAll(async () => {
+    dataSource = await openDataSource();
+    ({ app, url } = await startHttpApp(adapter, {
+      imports: [
+        IdempotencyModule.forRoot({
+          store: new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true }),
+          telemetry: { meter: meterProvider.getMeter('test'), tracer },
+          onEvent: (event) => events.push(event),
+        }),
+        RequestSpans,
+      ],
+    }));
+  });
+  afterAll(async () => {
+    await app?.close();
+    await dropSchema(dataSource, schema);
+    await dataSource.destroy();
+  });
+
+  it('emits an event per edge, never with the raw key; counts outcomes and times them as metrics', async () => {
+    events.length = 0;
+    const key = `raw-${randomUUID()}`;
+    await send(url, 'POST', '/telemetry', { key });
+    await send(url, 'POST', '/telemetry', { key });
+    expect(events.map((e) => e.type)).toEqual(['acquired', 'completed', 'replayed']);
+    const digest = keyDigest('TelemetryController.create', key);
+    for (const event of events) {
+      expect(event).toMatchObject({ scope: 'TelemetryController.create', keyDigest: digest });
+      expect(JSON.stringify(event)).not.toContain(key);
+    }
+
+    await reader.forceFlush();
+    const exported = metricExporter
+      .getMetrics()
+      .at(-1)!
+      .scopeMetrics.flatMap((s) => s.metrics);
+    const metric = (name: string) => exported.find((m) => m.descriptor.name === name);
+    const outcomes = metric('idempotency.outcomes')!;
+    const counted = (outcome: string) =>
+      outcomes.dataPoints
+        .filter(
+          (p) =>
+            p.attributes['idempotency.outcome'] === outcome &&
+            p.attributes['idempotency.scope'] === 'TelemetryController.create',
+        )
+        .reduce((sum, p) => sum + (p.value as number), 0);
+    expect(counted('executed')).toBeGreaterThanOrEqual(1);
+    expect(counted('replayed')).toBeGreaterThanOrEqual(1);
+    for (const name of [
+      'idempotency.acquire.duration',
+      'idempotency.action.duration',
+      'idempotency.store.operation.duration',
+    ]) {
+      expect(metric(name)?.descriptor.unit, name).toBe('s');
+      expect(metric(name)!.dataPoints.length).toBeGreaterThan(0);
+    }
+    expect(JSON.stringify(exported)).not.toContain(key);
+  });
+
+  it('traces acquire and complete as child spans of the request span, with the outcome, never the key', async () => {
+    spans.reset();
+    const key = `raw-${randomUUID()}`;
+    await send(url, 'POST', '/telemetry', { key });
+    await send(url, 'POST', '/telemetry', { key });
+    const finished = spans.getFinishedSpans();
+    const requests = finished.filter((s) => s.name === 'POST /telemetry');
+    const acquires = finished.filter((s) => s.name === 'idempotency acquire');
+    const completes = finished.filter((s) => s.name === 'idempotency complete');
+    expect(acquires.map((s) => s.attributes['idempotency.outcome'])).toEqual([
+      'acquired',
+      'duplicate',
+    ]);
+    expect(completes).toHaveLength(1);
+    const requestIds = new Set(requests.map((s) => s.spanContext().spanId));
+    for (const span of [...acquires, ...completes]) {
+      expect(requestIds.has(span.parentSpanContext?.spanId ?? '')).toBe(true);
+    }
+    expect(acquires[0].attributes['idempotency.key_digest']).toBe(
+      keyDigest('TelemetryController.create', key),
+    );
+    expect(JSON.stringify(finished.map((s) => s.attributes))).not.toContain(key);
+  });
+});
+
+afterAll(async () => {
+  await meterProvider.shutdown();
+  await tracerProvider.shutdown();
+  contextManager.disable();
+});
