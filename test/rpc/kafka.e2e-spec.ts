@@ -13,7 +13,12 @@ import {
 import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
-import { Idempotent, IdempotencyInFlightException, IdempotencyModule } from 'nest-idempotency';
+import {
+  Idempotent,
+  IdempotencyEvent,
+  IdempotencyInFlightException,
+  IdempotencyModule,
+} from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { Gate } from '../support/gate';
@@ -28,6 +33,7 @@ import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 const runs = new Map<string, number>();
 const gates = new Map<string, { entered: Gate; release: Gate }>();
 const ran = (name: string) => runs.set(name, (runs.get(name) ?? 0) + 1);
+const events: IdempotencyEvent[] = [];
 
 class Customer {
   constructor(
@@ -60,6 +66,12 @@ class OrdersConsumer {
   flaky(@Payload() data: { orderId: string }) {
     ran(`flaky:${data.orderId}`);
     if (runs.get(`flaky:${data.orderId}`) === 1) throw new Error('downstream timeout');
+  }
+
+  @EventPattern<string>('orders.observed')
+  @Idempotent({ key: 'message.key', mode: 'observe' })
+  observed() {
+    ran('observed');
   }
 
   @MessagePattern('orders.customer')
@@ -114,7 +126,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
       disconnect: async () => undefined,
     };
     const moduleRef = await Test.createTestingModule({
-      imports: [IdempotencyModule.forRoot({ store })],
+      imports: [IdempotencyModule.forRoot({ store, onEvent: (event) => events.push(event) })],
       controllers: [OrdersConsumer],
       // As Nest's docs register it: the reply is serialized after the library's interceptor.
       providers: [{ provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor }],
@@ -276,5 +288,15 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     const record = await store.find({ scope: 'OrdersConsumer.customer', key: requestId });
     expect(record!.payload!.toString('utf8')).not.toContain('hash-of-secret-password');
     expect(runs.get('customer')).toBe(1);
+  });
+
+  it('observe mode runs a redelivered message again and reports that enforce would have replayed it', async () => {
+    const key = randomUUID();
+    await deliver('orders.observed', key, {});
+    await deliver('orders.observed', key, {});
+    expect(runs.get('observed')).toBe(2);
+    expect(
+      events.filter((e) => e.type === 'observed' && e.scope === 'OrdersConsumer.observed'),
+    ).toMatchObject([{ wouldHave: 'replayed' }]);
   });
 });

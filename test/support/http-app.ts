@@ -10,12 +10,15 @@ export const ADAPTERS: AdapterName[] = ['express', 'fastify'];
 export async function startHttpApp(
   adapter: AdapterName,
   metadata: ModuleMetadata,
+  /** Runs before the app listens (enableCors, global pipes…). */
+  configure?: (app: INestApplication) => void,
 ): Promise<{ app: INestApplication; url: string }> {
   const moduleRef = await Test.createTestingModule(metadata).compile();
   const app =
     adapter === 'fastify'
       ? moduleRef.createNestApplication(new FastifyAdapter(), { logger: false })
       : moduleRef.createNestApplication({ logger: false });
+  configure?.(app);
   await app.listen(0, '127.0.0.1');
   const address = app.getHttpServer().address() as AddressInfo;
   return { app, url: `http://127.0.0.1:${address.port}` };

@@ -4,8 +4,5 @@
  * application brings the SDK). In a Nest application, `telemetry: true` in
  * `IdempotencyModule.forRoot` does both.
  */
-export {
-  instrumentIdempotencyEngine,
-  TracingIdempotencyStore,
-} from './telemetry/opentelemetry';
+export { instrumentIdempotencyEngine, TracingIdempotencyStore } from './telemetry/opentelemetry';
 export type { IdempotencyTelemetryOptions } from './telemetry/opentelemetry';

@@ -164,7 +164,12 @@ export class IdempotencyEngine {
     const digest = () => keyDigest(policy.scope, call.key, call.tenant);
     if (result.waitedMs !== undefined) {
       const waitedMs = result.waitedMs;
-      this.context.emit(() => ({ type: 'waited', scope: policy.scope, keyDigest: digest(), waitedMs }));
+      this.context.emit(() => ({
+        type: 'waited',
+        scope: policy.scope,
+        keyDigest: digest(),
+        waitedMs,
+      }));
     }
     switch (result.kind) {
       case 'duplicate':

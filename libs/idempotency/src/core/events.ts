@@ -43,6 +43,24 @@ export type IdempotencyEvent =
   | { type: 'completion-failed'; scope: string; keyDigest: string; attempts: number; error: string }
   | { type: 'release-failed'; scope: string; keyDigest: string; error: string }
   | {
+      /**
+       * Observe mode: the handler ran as if there were no idempotency, and this
+       * is what enforce mode would have done instead.
+       */
+      type: 'observed';
+      scope: string;
+      /** Absent when the request had no usable key. */
+      keyDigest?: string;
+      wouldHave:
+        | 'replayed'
+        | 'in-flight'
+        | 'fingerprint-mismatch'
+        | 'key-missing'
+        | 'key-invalid'
+        | 'body-unreadable'
+        | 'store-unavailable';
+    }
+  | {
       type: 'purge-run';
       /** Always `*`: a purge covers every scope. */
       scope: '*';

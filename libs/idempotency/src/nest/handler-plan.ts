@@ -25,6 +25,8 @@ export interface HandlerPlan {
   transport: Transport;
   /** The scope and durations, parsed once. */
   policy: ExecutionPolicy;
+  /** Observe mode: run as if there were no idempotency, never wait, and report what enforce would do. */
+  observe: boolean;
   required: boolean;
   key: KeyResolver;
   fingerprint: false | 'default' | ((source: KeySource) => string | undefined);
@@ -79,10 +81,19 @@ export function compileHandlerPlan(
     },
     where,
   );
+  const mode = options.mode ?? settings.defaults.mode ?? 'enforce';
+  if (mode !== 'enforce' && mode !== 'observe') {
+    throw new IdempotencyConfigError(
+      `${where}: option "mode" must be 'enforce' or 'observe', got ${JSON.stringify(mode)}`,
+    );
+  }
+  const observe = mode === 'observe';
   const plan: HandlerPlan = {
     where,
     transport,
-    policy,
+    // Observing never makes a caller wait.
+    policy: observe ? { ...policy, waitTimeoutMs: 0 } : policy,
+    observe,
     required: options.required ?? (transport === 'http' ? settings.required : true),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, transport, where),

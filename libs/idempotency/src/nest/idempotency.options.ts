@@ -32,6 +32,8 @@ export interface IdempotencyDefaults {
   waitTimeout?: Duration;
   /** How long a completed result is replayed. Default `PT24H`; at most 100 years. */
   ttl?: Duration;
+  /** `enforce` (default), or `observe`: run every handler as if there were no idempotency, and report. */
+  mode?: 'enforce' | 'observe';
 }
 
 export interface IdempotencyHttpOptions {
@@ -45,6 +47,12 @@ export interface IdempotencyHttpOptions {
   maxBodyBytes?: number;
   /** Response headers stored and replayed, in addition to Content-Type, Location, ETag and the route's @Header() names. */
   replayHeaders?: string[];
+  /**
+   * The problem documents' `type`: a base URI the code is appended to (e.g.
+   * `https://docs.example.com/errors/` gives `…/errors/idempotency-in-flight`),
+   * or a function of the code. Default `about:blank`.
+   */
+  problemTypes?: string | ((code: string) => string);
 }
 
 /**

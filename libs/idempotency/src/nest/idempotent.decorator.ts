@@ -53,7 +53,15 @@ export interface IdempotentOptions {
   required?: boolean;
   /** RabbitMQ: this consumer's `noAck` and settlements, over the module's `rmq`. */
   rmq?: IdempotencyRmqOptions;
+  /**
+   * `observe`: the handler always runs and its response is never changed;
+   * events (`observed`) and metrics say what `enforce` (the default) would
+   * have done. For switching the library on in production before trusting it.
+   */
+  mode?: IdempotencyMode;
 }
+
+export type IdempotencyMode = 'enforce' | 'observe';
 
 /**
  * Runs the decorated handler (or every handler of the decorated class) once

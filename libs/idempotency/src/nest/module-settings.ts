@@ -25,6 +25,8 @@ export interface ModuleSettings {
   maxKeyLength: number;
   maxBodyBytes: number;
   replayHeaders: string[];
+  /** The problem document `type` for a refusal's code. */
+  problemType: (code: string) => string;
   rmq: Required<IdempotencyRmqOptions>;
   purge: { intervalMs: number; batchSize: number } | false;
 }
@@ -42,6 +44,11 @@ export function compileModuleSettings(
   for (const kind of ['lease', 'waitTimeout', 'ttl'] as const) {
     if (defaults[kind] !== undefined)
       parseDuration(defaults[kind], kind, `defaults.${kind}`, WHERE);
+  }
+  if (defaults.mode !== undefined && defaults.mode !== 'enforce' && defaults.mode !== 'observe') {
+    throw new IdempotencyConfigError(
+      `${WHERE}: option "defaults.mode" must be 'enforce' or 'observe', got ${JSON.stringify(defaults.mode)}`,
+    );
   }
   const http = options.http ?? {};
   for (const name of ['maxKeyLength', 'maxBodyBytes'] as const) {
@@ -69,9 +76,19 @@ export function compileModuleSettings(
     maxKeyLength: http.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH,
     maxBodyBytes: http.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
     replayHeaders: http.replayHeaders ?? [],
+    problemType: compileProblemTypes(http.problemTypes),
     rmq: compileRmq(options.rmq, `${WHERE}: option "rmq`),
     purge: compilePurge(options.purge),
   };
+}
+
+function compileProblemTypes(option: unknown): (code: string) => string {
+  if (option === undefined) return () => 'about:blank';
+  if (typeof option === 'function') return option as (code: string) => string;
+  if (typeof option === 'string' && URL.canParse(option)) return (code) => `${option}${code}`;
+  throw new IdempotencyConfigError(
+    `${WHERE}: option "http.problemTypes" must be an absolute URI (the codes are appended to it) or a function of the code, got ${JSON.stringify(option)}`,
+  );
 }
 
 const SETTLEMENTS: readonly RmqSettlement[] = ['ack', 'requeue', 'dead-letter'];

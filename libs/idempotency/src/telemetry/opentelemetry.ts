@@ -22,7 +22,7 @@ import type {
  *
  * | Instrument | Kind, unit | Attributes |
  * |---|---|---|
- * | `idempotency.outcomes` | counter, `{call}` | `idempotency.scope`, `idempotency.outcome` |
+ * | `idempotency.outcomes` | counter, `{call}` | `idempotency.scope`, `idempotency.outcome` (`executed`, `replayed`, `in_flight`, …; `would_replayed`, … in observe mode) |
  * | `idempotency.acquire.duration` | histogram, `s` | `idempotency.scope`, `idempotency.outcome` |
  * | `idempotency.wait.duration` | histogram, `s` | `idempotency.scope` |
  * | `idempotency.action.duration` | histogram, `s` | `idempotency.scope` |
@@ -119,18 +119,33 @@ function record(instruments: Instruments, event: IdempotencyEvent): void {
     return;
   }
   const scope = { 'idempotency.scope': event.scope };
+  if (event.type === 'observed') {
+    // Observe mode: what enforce would have done (the handler ran anyway).
+    const would = `would_${event.wouldHave.replace(/-/g, '_')}`;
+    instruments.outcomes.add(1, { ...scope, 'idempotency.outcome': would });
+    return;
+  }
   const outcome = OUTCOME[event.type];
   if (outcome) instruments.outcomes.add(1, { ...scope, 'idempotency.outcome': outcome });
   switch (event.type) {
     case 'acquired':
       if (event.stolen) instruments.outcomes.add(1, { ...scope, 'idempotency.outcome': 'stolen' });
-      instruments.acquire.record(event.acquireMs / 1000, { ...scope, 'idempotency.outcome': 'acquired' });
+      instruments.acquire.record(event.acquireMs / 1000, {
+        ...scope,
+        'idempotency.outcome': 'acquired',
+      });
       break;
     case 'replayed':
-      instruments.acquire.record(event.acquireMs / 1000, { ...scope, 'idempotency.outcome': 'replayed' });
+      instruments.acquire.record(event.acquireMs / 1000, {
+        ...scope,
+        'idempotency.outcome': 'replayed',
+      });
       break;
     case 'in-flight':
-      instruments.acquire.record(event.acquireMs / 1000, { ...scope, 'idempotency.outcome': 'in_flight' });
+      instruments.acquire.record(event.acquireMs / 1000, {
+        ...scope,
+        'idempotency.outcome': 'in_flight',
+      });
       break;
     case 'waited':
       instruments.wait.record(event.waitedMs / 1000, scope);

@@ -13,6 +13,8 @@ import {
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
 import type { Execution } from '../../core/execution';
+import type { IdempotencyEvent } from '../../core/events';
+import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
 import {
   decodeHttpResponse,
@@ -27,8 +29,10 @@ import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
 import { requestFingerprint } from './fingerprint';
 import { readKeyHeader } from './key-header';
-import { problem, ProblemDetails } from './problem';
+import { IdempotencyHttpException, problem, ProblemDetails } from './problem';
 import { FinishedResponse, HeldResponse, Outgoing } from './raw-response';
+
+type ObservedOutcome = Extract<IdempotencyEvent, { type: 'observed' }>['wouldHave'];
 
 /** The parts of an Express or Fastify request the adapter reads. */
 interface HttpRequest {
@@ -76,7 +80,16 @@ export class HttpIdempotency {
     const response = http.getResponse<ServerResponse | { raw: ServerResponse }>();
     const raw = ('raw' in response ? response.raw : response) as ServerResponse;
 
-    const resolved = this.resolveKey(request, context, plan, response);
+    if (plan.observe) return this.observe(context, next, plan, request, raw);
+    let resolved: ResolvedKey;
+    let fingerprint: string | null;
+    try {
+      resolved = this.resolveKey(request, context, plan);
+      if (resolved.kind === 'key') fingerprint = this.fingerprint(request, context, plan);
+    } catch (error) {
+      if (error instanceof IdempotencyHttpException) throw this.refuse(response, error);
+      throw error;
+    }
     if (resolved.kind === 'absent') {
       if (plan.required) {
         throw this.refuse(
@@ -103,13 +116,12 @@ export class HttpIdempotency {
         ),
       );
     }
-    const fingerprint = this.fingerprint(request, context, plan, response);
 
     let begun;
     try {
       begun = await this.engine.begin(plan.policy, {
         key: resolved.key,
-        fingerprint,
+        fingerprint: fingerprint!,
         tenant: this.settings.options.tenant?.(context),
       });
     } catch (error) {
@@ -127,12 +139,70 @@ export class HttpIdempotency {
     return this.execute(next, plan, raw, begun.execution);
   }
 
+  /**
+   * Observe mode: the handler runs whatever the record says, its response goes
+   * out as it is, and an `observed` event says what enforce mode would have
+   * done. A first execution is still recorded, so later duplicates can be told.
+   */
+  private async observe(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+    request: HttpRequest,
+    raw: ServerResponse,
+  ): Promise<unknown> {
+    const run = () => lastValueFrom(next.handle(), { defaultValue: undefined });
+    const tenant = this.settings.options.tenant?.(context);
+    const report = (wouldHave: ObservedOutcome, key?: string) =>
+      this.engine.publish({
+        type: 'observed',
+        scope: plan.policy.scope,
+        ...(key === undefined ? {} : { keyDigest: keyDigest(plan.policy.scope, key, tenant) }),
+        wouldHave,
+      });
+    let resolved: ResolvedKey;
+    let fingerprint: string | null;
+    try {
+      resolved = this.resolveKey(request, context, plan);
+      if (resolved.kind === 'absent') {
+        if (plan.required) report('key-missing');
+        return run();
+      }
+      fingerprint = this.fingerprint(request, context, plan);
+    } catch (error) {
+      if (!(error instanceof IdempotencyHttpException)) throw error;
+      report(
+        error.problem.code === 'idempotency-body-unreadable' ? 'body-unreadable' : 'key-invalid',
+      );
+      return run();
+    }
+    let begun;
+    try {
+      begun = await this.engine.begin(plan.policy, { key: resolved.key, fingerprint, tenant });
+    } catch (error) {
+      if (error instanceof IdempotencyInFlightException) report('in-flight', resolved.key);
+      else if (error instanceof IdempotencyFingerprintMismatchException)
+        report('fingerprint-mismatch', resolved.key);
+      else if (error instanceof IdempotencyKeyError) report('key-invalid');
+      else if (error instanceof IdempotencyStoreUnavailableError)
+        report('store-unavailable', resolved.key);
+      else throw error;
+      return run();
+    }
+    if (begun.kind === 'replayed') {
+      report('replayed', resolved.key);
+      return run();
+    }
+    return this.execute(next, plan, raw, begun.execution, true);
+  }
+
   /** Runs the handler; the response the adapter then writes is stored before the client gets it. */
   private async execute(
     next: CallHandler,
     plan: HandlerPlan,
     raw: ServerResponse,
     execution: Execution,
+    observing = false,
   ): Promise<unknown> {
     let returned = false;
     let answeredEarly = false;
@@ -142,7 +212,9 @@ export class HttpIdempotency {
         answeredEarly = true;
         return { kind: 'as-finished' };
       }
-      return this.complete(plan, execution, finished);
+      const outgoing = await this.complete(plan, execution, finished);
+      // Observing never changes what the client gets.
+      return observing ? { kind: 'as-finished' } : outgoing;
     });
     let value: unknown;
     try {
@@ -197,12 +269,13 @@ export class HttpIdempotency {
             'the request was processed but its outcome could not be recorded',
             1000,
           ),
+          this.settings.problemType,
         );
       }
       if (error instanceof IdempotencyPayloadError) {
         // Too large for the store: the record says so (completed without a result).
         this.logger.error(`${plan.where}: ${error.message}`);
-        return asOutgoing(notStorableProblem());
+        return asOutgoing(notStorableProblem(), this.settings.problemType);
       }
       throw error;
     }
@@ -222,7 +295,7 @@ export class HttpIdempotency {
     } catch (error) {
       this.logger.error(`${plan.where}: ${(error as Error).message}`);
     }
-    return asOutgoing(notStorableProblem());
+    return asOutgoing(notStorableProblem(), this.settings.problemType);
   }
 
   /** `sanitize` sees a copy: the body parsed from the bytes being sent, never the live object. */
@@ -251,16 +324,12 @@ export class HttpIdempotency {
     request: HttpRequest,
     context: ExecutionContext,
     plan: HandlerPlan,
-    response: unknown,
   ): ResolvedKey {
     if (plan.key.kind !== 'header') {
       try {
         return evaluateKey(plan, this.source(request, context));
       } catch (error) {
-        throw this.refuse(
-          response,
-          problem(400, 'idempotency-key-invalid', (error as Error).message),
-        );
+        throw problem(400, 'idempotency-key-invalid', (error as Error).message);
       }
     }
     const header = readKeyHeader(
@@ -269,10 +338,7 @@ export class HttpIdempotency {
       this.settings.keyHeader,
     );
     if (header.kind === 'invalid') {
-      throw this.refuse(
-        response,
-        problem(400, 'idempotency-key-invalid', `${plan.where}: ${header.reason}`),
-      );
+      throw problem(400, 'idempotency-key-invalid', `${plan.where}: ${header.reason}`);
     }
     return header.kind === 'absent' ? { kind: 'absent' } : { kind: 'key', key: header.key };
   }
@@ -281,7 +347,6 @@ export class HttpIdempotency {
     request: HttpRequest,
     context: ExecutionContext,
     plan: HandlerPlan,
-    response: unknown,
   ): string | null {
     if (plan.fingerprint === false) return null;
     if (plan.fingerprint !== 'default')
@@ -289,13 +354,10 @@ export class HttpIdempotency {
     if (request.body === undefined && hasBody(request)) {
       // No parser ran before this check (multipart through a FileInterceptor listed
       // after @Idempotent, or a type without a parser): the body cannot be compared.
-      throw this.refuse(
-        response,
-        problem(
-          415,
-          'idempotency-body-unreadable',
-          `${plan.where}: the ${request.headers['content-type'] ?? 'request'} body was not parsed before the idempotency check, so a reused key with another body could not be detected; parse it first (put @UseInterceptors(FileInterceptor(…)) below @Idempotent()), or set the fingerprint option`,
-        ),
+      throw problem(
+        415,
+        'idempotency-body-unreadable',
+        `${plan.where}: the ${request.headers['content-type'] ?? 'request'} body was not parsed before the idempotency check, so a reused key with another body could not be detected; parse it first (put @UseInterceptors(FileInterceptor(…)) below @Idempotent()), or set the fingerprint option`,
       );
     }
     const url = request.originalUrl ?? request.url;
@@ -332,6 +394,7 @@ export class HttpIdempotency {
     response: unknown,
     exception: ReturnType<typeof problem>,
   ): ReturnType<typeof problem> {
+    exception.problem.type = this.settings.problemType(exception.problem.code);
     const adapter = this.adapterHost.httpAdapter;
     for (const [name, value] of Object.entries(exception.headers))
       adapter.setHeader(response, name, value);
@@ -402,6 +465,15 @@ function replayOf(stored: HttpResponseRecord, finished: FinishedResponse): Outgo
     if (!BODY_HEADERS.has(name)) headers[name] = value;
   }
   Object.assign(headers, stored.headers, { 'idempotent-replayed': 'true' });
+  // Under CORS a browser only lets a page read the headers listed here.
+  if (headers['access-control-allow-origin'] !== undefined) {
+    const exposed = String(headers['access-control-expose-headers'] ?? '');
+    if (!/(^|,)\s*(idempotent-replayed|\*)\s*(,|$)/i.test(exposed)) {
+      headers['access-control-expose-headers'] = exposed
+        ? `${exposed}, Idempotent-Replayed`
+        : 'Idempotent-Replayed';
+    }
+  }
   return { kind: 'replace', status: stored.status, headers, body: stored.body };
 }
 
@@ -436,7 +508,11 @@ function notStorableProblem(): ReturnType<typeof problem> {
   );
 }
 
-function asOutgoing(exception: ReturnType<typeof problem>): Outgoing {
+function asOutgoing(
+  exception: ReturnType<typeof problem>,
+  problemType: (code: string) => string,
+): Outgoing {
+  exception.problem.type = problemType(exception.problem.code);
   return {
     kind: 'replace',
     status: exception.problem.status,

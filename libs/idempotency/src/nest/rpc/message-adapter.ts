@@ -8,6 +8,8 @@ import {
   IdempotencyKeyError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
+import type { IdempotencyEvent } from '../../core/events';
+import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
 import { decodeValue, encodeNotStorable, encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
@@ -19,6 +21,8 @@ import type { ModuleSettings } from '../module-settings';
 import { messageView } from './message-view';
 import { settleDelivery } from './rmq-settlement';
 import { rpcExceptions } from './rpc-exceptions';
+
+type ObservedOutcome = Extract<IdempotencyEvent, { type: 'observed' }>['wouldHave'];
 
 /**
  * Message handlers (`@MessagePattern`, `@EventPattern`): the key from the
@@ -49,6 +53,7 @@ export class MessageIdempotency {
       message: messageView(context),
       context,
     };
+    if (plan.observe) return this.observe(context, next, plan, source);
     let resolved: ResolvedKey;
     try {
       resolved = evaluateKey(plan, source);
@@ -142,6 +147,83 @@ export class MessageIdempotency {
         throw exceptions.rejected(error.name, error.message);
       }
       throw error;
+    }
+    return value;
+  }
+
+  /**
+   * Observe mode: the handler runs whatever the record says (no refusal, no
+   * settlement: the handler settles its own delivery), and an `observed`
+   * event says what enforce mode would have done.
+   */
+  private async observe(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+    source: RpcKeySource,
+  ): Promise<unknown> {
+    const run = () => lastValueFrom(next.handle(), { defaultValue: undefined });
+    const tenant = this.settings.options.tenant?.(context);
+    const report = (wouldHave: ObservedOutcome, key?: string) =>
+      this.engine.publish({
+        type: 'observed',
+        scope: plan.policy.scope,
+        ...(key === undefined ? {} : { keyDigest: keyDigest(plan.policy.scope, key, tenant) }),
+        wouldHave,
+      });
+    let resolved: ResolvedKey;
+    try {
+      resolved = evaluateKey(plan, source);
+    } catch {
+      report('key-invalid');
+      return run();
+    }
+    if (resolved.kind === 'absent') {
+      if (plan.required) report('key-missing');
+      return run();
+    }
+    const fingerprint =
+      plan.fingerprint === false || plan.fingerprint === 'default'
+        ? null
+        : (plan.fingerprint(source) ?? null);
+    let begun;
+    try {
+      begun = await this.engine.begin(plan.policy, { key: resolved.key, fingerprint, tenant });
+    } catch (error) {
+      if (error instanceof IdempotencyInFlightException) report('in-flight', resolved.key);
+      else if (error instanceof IdempotencyFingerprintMismatchException)
+        report('fingerprint-mismatch', resolved.key);
+      else if (error instanceof IdempotencyKeyError) report('key-invalid');
+      else if (error instanceof IdempotencyStoreUnavailableError)
+        report('store-unavailable', resolved.key);
+      else throw error;
+      return run();
+    }
+    if (begun.kind === 'replayed') {
+      report('replayed', resolved.key);
+      return run();
+    }
+    const { execution } = begun;
+    let value: unknown;
+    try {
+      value = await run();
+    } catch (error) {
+      await execution.release('action-failed');
+      throw error;
+    }
+    try {
+      let payload: StoredPayload;
+      try {
+        payload = this.encode(value);
+      } catch (error) {
+        payload = encodeNotStorable((error as Error).message);
+      }
+      await execution.complete(payload);
+    } catch (error) {
+      // Observing never changes what the caller gets.
+      this.logger.warn(
+        `${plan.where}: observe mode could not record ${execution.keyDigest}: ${(error as Error).message}`,
+      );
     }
     return value;
   }

@@ -73,7 +73,12 @@ export function isCluster(client: RedisIdempotencyClient): client is RedisCluste
 
 /** RESP3's (and node-redis's) type byte for a bulk string: `$`. */
 const BLOB_STRING = 36;
-/** Bulk strings come back as Buffers: the payload byte for byte, everything else decoded by the store. */
+/**
+ * The type mapping of every command the store sends, whatever the
+ * application configured on its client: bulk strings as Buffers (the payload
+ * byte for byte; the store decodes the rest), every other type as node-redis
+ * decodes it by default.
+ */
 export const AS_BUFFERS: RedisCommandOptions['typeMapping'] = { [BLOB_STRING]: Buffer };
 
 /**
@@ -97,11 +102,10 @@ export class RedisCommands {
     operation: string,
     key: string | undefined,
     args: ReadonlyArray<RedisArgument>,
-    options: { buffers?: boolean; timeoutMs?: number } = {},
+    options: { timeoutMs?: number } = {},
   ): Promise<unknown> {
     const timeoutMs = options.timeoutMs ?? this.timeoutMs;
-    const commandOptions: RedisCommandOptions = { timeout: timeoutMs };
-    if (options.buffers) commandOptions.typeMapping = AS_BUFFERS;
+    const commandOptions: RedisCommandOptions = { timeout: timeoutMs, typeMapping: AS_BUFFERS };
     return this.bounded(operation, timeoutMs, () =>
       isCluster(this.client)
         ? this.client.sendCommand(key, false, args, commandOptions)
@@ -128,11 +132,15 @@ export class RedisCommands {
     args: ReadonlyArray<RedisArgument>,
   ): Promise<unknown> {
     return this.bounded(operation, this.timeoutMs, () =>
-      node.sendCommand(args, { timeout: this.timeoutMs }),
+      node.sendCommand(args, { timeout: this.timeoutMs, typeMapping: AS_BUFFERS }),
     );
   }
 
-  private async bounded<T>(operation: string, timeoutMs: number, call: () => Promise<T>): Promise<T> {
+  private async bounded<T>(
+    operation: string,
+    timeoutMs: number,
+    call: () => Promise<T>,
+  ): Promise<T> {
     if (!this.client.isOpen) {
       throw new IdempotencyStoreUnavailableError(
         `Redis is unavailable during ${operation}: the client is not open (connect it before the store is used; was it closed?)`,
@@ -141,7 +149,8 @@ export class RedisCommands {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(
-        () => reject(new IdempotencyStoreUnavailableError(this.timeoutMessage(operation, timeoutMs))),
+        () =>
+          reject(new IdempotencyStoreUnavailableError(this.timeoutMessage(operation, timeoutMs))),
         timeoutMs,
       );
     });
@@ -175,7 +184,11 @@ const UNAVAILABLE_REPLY =
 
 function classNames(error: object): string[] {
   const names: string[] = [];
-  for (let p = Object.getPrototypeOf(error); p && p !== Error.prototype; p = Object.getPrototypeOf(p))
+  for (
+    let p = Object.getPrototypeOf(error);
+    p && p !== Error.prototype;
+    p = Object.getPrototypeOf(p)
+  )
     names.push(p.constructor?.name);
   return names;
 }

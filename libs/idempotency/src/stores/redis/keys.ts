@@ -32,7 +32,9 @@ export class RedisKeys {
 
   constructor(readonly prefix: string = DEFAULT_KEY_PREFIX) {
     if (typeof prefix !== 'string' || prefix.length === 0) {
-      throw new IdempotencyConfigError('RedisIdempotencyStore: keyPrefix must be a non-empty string');
+      throw new IdempotencyConfigError(
+        'RedisIdempotencyStore: keyPrefix must be a non-empty string',
+      );
     }
     if (/[{}]/.test(prefix)) {
       // The first {…} of a key is its hash tag; braces in the prefix would put every record in one slot.

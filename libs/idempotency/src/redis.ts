@@ -1,0 +1,13 @@
+/**
+ * `nest-idempotency/redis`: the Redis store, standalone or Redis Cluster, on
+ * the application's node-redis client (the `redis` package, an optional
+ * peer). Nothing else in the library loads this file.
+ */
+export { RedisIdempotencyStore } from './stores/redis/redis.store';
+export type { RedisIdempotencyStoreOptions } from './stores/redis/redis.store';
+export type {
+  RedisIdempotencyClient,
+  RedisStandaloneClient,
+  RedisClusterClient,
+} from './stores/redis/client';
+export { DEFAULT_KEY_PREFIX } from './stores/redis/keys';

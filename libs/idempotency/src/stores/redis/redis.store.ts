@@ -1,0 +1,459 @@
+import { randomUUID } from 'node:crypto';
+import {
+  IdempotencyConfigError,
+  IdempotencyLeaseLostError,
+  IdempotencyStoreSchemaError,
+} from '../../core/errors';
+import { storedKeyDigest } from '../../core/key';
+import { IdempotencyLogger } from '../../core/logger';
+import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
+import {
+  AcquireRequest,
+  AcquireResult,
+  DEFAULT_MAX_WAITERS,
+  IdempotencyRecordView,
+  IdempotencyStore,
+  Lease,
+  ListFilter,
+  RecordId,
+  RecordState,
+  StoredPayload,
+} from '../../core/store';
+import { Observation, waitForRecord } from '../../core/wait-loop';
+import { WaiterRegistry } from '../../core/waiters';
+import { fingerprintsConflict } from '../../core/decide';
+import { isCluster, isNoScript, RedisCommands, RedisIdempotencyClient } from './client';
+import { DEFAULT_KEY_PREFIX, RecordNames, RedisKeys } from './keys';
+import { ACQUIRE, COMPLETE, EXTEND, RedisScript, RELEASE, SCRIPTS, VIEW } from './scripts';
+import { ClusterWakeups, StandaloneWakeups, Wakeups } from './wakeups';
+
+export interface RedisIdempotencyStoreOptions {
+  /**
+   * Prefix of every key and channel. Stores (or applications) sharing a Redis
+   * keep apart by prefix. No `{` or `}`: the store sets the hash tag. Default `idempotency:`.
+   */
+  keyPrefix?: string;
+  /** Largest stored result the store accepts, in bytes. Default 1 MiB. */
+  maxPayloadBytes?: number;
+  /** Most duplicates parked waiting in this process at once; one more is answered `in-flight` at once. Default 10,000. */
+  maxWaiters?: number;
+  /** Bound on any one store call (queued while the client reconnects included). Default 2000 ms. */
+  operationTimeoutMs?: number;
+  /** Fallback poll for waiting duplicates when a wake-up is missed. Default 1000 ms. */
+  pollIntervalMs?: number;
+  /**
+   * After `complete` and `release`, send `WAIT replicas timeoutMs` on the
+   * same connection, so the call returns once that many replicas have the
+   * write (or the timeout passed: then the store logs a warning and returns,
+   * since the write itself succeeded). Costs a second round trip and the
+   * replication delay; see docs/redis.md. Default: off.
+   */
+  waitForReplicas?: { replicas: number; timeoutMs: number };
+  logger?: IdempotencyLogger;
+}
+
+/** The lease a Redis store hands out: the record's names, computed once at acquisition. */
+interface RedisLease extends Lease {
+  readonly names: RecordNames;
+  /** For log lines: the scope and a digest of the key, never the key. */
+  readonly digest: string;
+}
+
+/** The oldest servers the store accepts: SCAN … TYPE needs 6.0; sharded pub/sub needs 7.0. */
+const MIN_STANDALONE: [number, number] = [6, 2];
+const MIN_CLUSTER: [number, number] = [7, 0];
+const SCAN_COUNT = '1000';
+
+/**
+ * Redis store, standalone or Redis Cluster, on node-redis (`redis`): each
+ * transition is one Lua script (see ./scripts.ts), waiters are woken by
+ * pub/sub (sharded on a Cluster), and Redis expires records itself. See
+ * docs/redis.md for the layout, the round trips and what survives a restart
+ * or a failover.
+ *
+ * The client is the application's: the store never connects or closes it.
+ * It opens one connection of its own (per shard on a Cluster) for its
+ * subscriptions, on the first wait, and closes it in `close()`.
+ */
+export class RedisIdempotencyStore implements IdempotencyStore {
+  readonly keys: RedisKeys;
+  private readonly commands: RedisCommands;
+  private readonly waiters = new WaiterRegistry();
+  private readonly wakeups: Wakeups;
+  private readonly maxPayloadBytes: number;
+  private readonly maxWaiters: number;
+  private readonly timeoutMs: number;
+  private readonly pollIntervalMs: number;
+  private readonly replicas?: { replicas: number; timeoutMs: number };
+  private readonly logger: IdempotencyLogger;
+  private readonly publish: 'PUBLISH' | 'SPUBLISH';
+  private ready?: Promise<void>;
+
+  constructor(
+    readonly client: RedisIdempotencyClient,
+    options: RedisIdempotencyStoreOptions = {},
+  ) {
+    if (!client || typeof (client as { sendCommand?: unknown }).sendCommand !== 'function') {
+      throw new IdempotencyConfigError(
+        'RedisIdempotencyStore needs a node-redis client: createClient() or createCluster() of the `redis` package',
+      );
+    }
+    this.keys = new RedisKeys(options.keyPrefix ?? DEFAULT_KEY_PREFIX);
+    this.maxPayloadBytes = positive(
+      'maxPayloadBytes',
+      options.maxPayloadBytes,
+      DEFAULT_MAX_PAYLOAD_BYTES,
+    );
+    this.maxWaiters = positive('maxWaiters', options.maxWaiters, DEFAULT_MAX_WAITERS);
+    this.timeoutMs = positive('operationTimeoutMs', options.operationTimeoutMs, 2000);
+    this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs, 1000);
+    if (options.waitForReplicas) {
+      const { replicas, timeoutMs } = options.waitForReplicas;
+      positive('waitForReplicas.replicas', replicas, 1);
+      positive('waitForReplicas.timeoutMs', timeoutMs, 1);
+      this.replicas = { replicas, timeoutMs };
+    }
+    this.logger = options.logger ?? {
+      warn: (m) => console.warn(`[nest-idempotency] ${m}`),
+      error: (m) => console.error(`[nest-idempotency] ${m}`),
+    };
+    this.commands = new RedisCommands(client, this.timeoutMs);
+    if (isCluster(client)) {
+      this.publish = 'SPUBLISH';
+      this.wakeups = new ClusterWakeups(client, this.waiters, this.logger, this.timeoutMs);
+    } else {
+      this.publish = 'PUBLISH';
+      this.wakeups = new StandaloneWakeups(
+        client,
+        this.keys.wakeChannel,
+        this.waiters,
+        this.logger,
+        this.timeoutMs,
+      );
+    }
+  }
+
+  /** True when the client is a Cluster client (sharded pub/sub, SCAN on every master). */
+  get cluster(): boolean {
+    return this.commands.cluster;
+  }
+
+  /**
+   * Checks the server version on every master and loads the scripts there, so
+   * a wrong setup shows at startup. Optional: the other calls do not wait for
+   * it (a missing script is sent again on NOSCRIPT).
+   */
+  init(): Promise<void> {
+    this.ready ??= this.prepare().catch((error) => {
+      this.ready = undefined;
+      throw error;
+    });
+    return this.ready;
+  }
+
+  /** Closes the store's subscriber connection and wakes waiters. The application's client stays open. */
+  async close(): Promise<void> {
+    this.ready = undefined;
+    await this.wakeups.close();
+    this.waiters.notifyAll();
+  }
+
+  onWait(listener: (scope: string) => void): () => void {
+    return this.waiters.onWait(listener);
+  }
+
+  async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+    const names = this.keys.record(request.scope, request.key);
+    const leaseId = randomUUID();
+    const lease: RedisLease = {
+      leaseId,
+      leaseMs: request.leaseMs,
+      ttlMs: request.ttlMs,
+      names,
+      digest: storedKeyDigest(request.scope, request.key),
+    };
+    const hasFingerprint = request.fingerprint !== null;
+    let watching = false;
+    try {
+      return await waitForRecord({
+        request,
+        waiters: this.waiters,
+        waiterId: names.id,
+        maxWaiters: this.maxWaiters,
+        // Without a subscription a wake-up can be missed: look again sooner.
+        pollMs: () =>
+          this.wakeups.healthy ? this.pollIntervalMs : Math.min(this.pollIntervalMs, 100),
+        look: async (watch): Promise<Observation> => {
+          // Mark the record watched only once its wake-up would reach us.
+          const marking = watch && this.wakeups.isActive(names);
+          const reply = (await this.script('acquire', ACQUIRE, names.key, [
+            request.scope,
+            request.key,
+            leaseId,
+            String(request.leaseMs),
+            String(request.ttlMs),
+            hasFingerprint ? '1' : '0',
+            request.fingerprint ?? '',
+            marking ? '1' : '0',
+          ])) as Array<Buffer | null>;
+          if (text(reply[0]) === 'acquired') return { kind: 'acquired', lease };
+          const state = text(reply[1]) as RecordState;
+          const fingerprint = reply[2] === null ? null : text(reply[2]);
+          if (
+            watch &&
+            !marking &&
+            !watching &&
+            state === 'IN_PROGRESS' &&
+            !fingerprintsConflict(request.fingerprint, fingerprint)
+          ) {
+            // This caller is about to wait: subscribe first, then look again and mark.
+            // If subscribing fails, it waits on the (shortened) poll instead.
+            watching = true;
+            if (await this.wakeups.watch(names)) return { kind: 'changed' };
+          }
+          return {
+            kind: 'record',
+            record: {
+              state,
+              fingerprint,
+              payload: reply[3],
+              completedAt: reply[4] === null ? null : dateOf(text(reply[4])),
+              leaseLeftMs: Number(text(reply[5])),
+              expiresLeftMs: Number(text(reply[6])),
+            },
+          };
+        },
+      });
+    } finally {
+      if (watching) this.wakeups.unwatch(names);
+    }
+  }
+
+  async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    assertPayloadSize(payload, this.maxPayloadBytes);
+    const { names, leaseId, ttlMs } = lease as RedisLease;
+    const outcome = await this.script('complete', COMPLETE, names.key, [
+      leaseId,
+      payload,
+      String(ttlMs),
+      ...this.wakeArgs(names),
+    ]);
+    if (Number(outcome) === 0) {
+      throw new IdempotencyLeaseLostError(
+        'complete refused: the record is no longer held under this lease',
+      );
+    }
+    await this.awaitReplicas('complete', lease as RedisLease);
+  }
+
+  async release(lease: Lease): Promise<void> {
+    const { names, leaseId } = lease as RedisLease;
+    const outcome = await this.script('release', RELEASE, names.key, [
+      leaseId,
+      ...this.wakeArgs(names),
+    ]);
+    if (Number(outcome) === 0) {
+      throw new IdempotencyLeaseLostError(
+        'release refused: the record is no longer held under this lease',
+      );
+    }
+    await this.awaitReplicas('release', lease as RedisLease);
+  }
+
+  async extend(lease: Lease): Promise<boolean> {
+    const { names, leaseId, leaseMs } = lease as RedisLease;
+    const outcome = await this.script('extend', EXTEND, names.key, [leaseId, String(leaseMs)]);
+    return Number(outcome) === 1;
+  }
+
+  /**
+   * Redis deletes every record itself once it is purgeable (each key expires
+   * at the later of its TTL and its lease), so there is never anything left
+   * to purge: returns 0 without a round trip.
+   */
+  async purgeExpired(_options: { limit?: number } = {}): Promise<number> {
+    return 0;
+  }
+
+  async find(id: RecordId): Promise<IdempotencyRecordView | null> {
+    return this.view(this.keys.record(id.scope, id.key).key);
+  }
+
+  /**
+   * SCAN (COUNT 1000 a step, never KEYS) over every master, with a MATCH
+   * pattern for the scope when there is one; each match's scope, state and
+   * creation time are read (HMGET, pipelined), the newest `limit` kept, and
+   * those read in full. Cost grows with the keys in the database, not with
+   * the answer: an operator's tool, not a request path.
+   */
+  async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
+    const limit = filter.limit ?? 100;
+    if (limit <= 0) return [];
+    const pattern = this.keys.pattern(filter.scope);
+    const seen = new Set<string>();
+    let newest: Array<{ key: string; created: number }> = [];
+    for (const node of await this.commands.masters('list')) {
+      let cursor = '0';
+      do {
+        const [next, found] = (await this.commands.sendTo(node, 'list', [
+          'SCAN',
+          cursor,
+          'MATCH',
+          pattern,
+          'COUNT',
+          SCAN_COUNT,
+          'TYPE',
+          'hash',
+        ])) as [Buffer, Buffer[]];
+        cursor = text(next);
+        const keys = found.map(text);
+        const fresh = keys.filter((key) => !seen.has(key));
+        fresh.forEach((key) => seen.add(key));
+        const heads = (await Promise.all(
+          fresh.map((key) => this.commands.send('list', key, ['HMGET', key, 's', 'st', 'c'])),
+        )) as Array<[Buffer | null, Buffer | null, Buffer | null]>;
+        fresh.forEach((key, i) => {
+          const [scope, state, created] = heads[i].map((v) => (v === null ? null : text(v)));
+          if (scope === null || created === null) return; // expired meanwhile, or not ours
+          if (filter.scope !== undefined && scope !== filter.scope) return;
+          if (filter.state !== undefined && state !== filter.state) return;
+          newest.push({ key, created: Number(created) });
+        });
+        if (newest.length > limit * 2) newest = keepNewest(newest, limit);
+      } while (cursor !== '0');
+    }
+    const views = await Promise.all(keepNewest(newest, limit).map(({ key }) => this.view(key)));
+    // Read again after the scan: keep only what still matches.
+    return views
+      .filter((view): view is IdempotencyRecordView => view !== null)
+      .filter((view) => filter.scope === undefined || view.scope === filter.scope)
+      .filter((view) => filter.state === undefined || view.state === filter.state)
+      .sort((a, b) => createdOf(b) - createdOf(a));
+  }
+
+  private async view(key: string): Promise<IdempotencyRecordView | null> {
+    const reply = (await this.script('find', VIEW, key, [])) as Buffer[] | null;
+    if (!reply) return null;
+    const fields = new Map<string, Buffer>();
+    for (let i = 0; i + 1 < reply.length; i += 2) fields.set(text(reply[i]), reply[i + 1]);
+    const get = (name: string) => {
+      const value = fields.get(name);
+      return value === undefined ? undefined : text(value);
+    };
+    const now = Number(get('now'));
+    const state = get('st') as RecordState;
+    const leaseAt = get('le');
+    const completed = get('d');
+    const created = Number(get('c'));
+    const view: IdempotencyRecordView = {
+      scope: get('s')!,
+      key: get('k')!,
+      state,
+      leaseExpiresAt: leaseAt === undefined ? null : dateOf(leaseAt),
+      leaseExpired: state === 'IN_PROGRESS' && leaseAt !== undefined && Number(leaseAt) <= now,
+      expiresAt: dateOf(get('e')!),
+      createdAt: new Date(Math.floor(created)),
+      completedAt: completed === undefined ? null : dateOf(completed),
+      fingerprint: get('f') ?? null,
+    };
+    if (state === 'COMPLETE') view.payload = fields.get('p') ?? Buffer.alloc(0);
+    createdMicros.set(view, created);
+    return view;
+  }
+
+  /** The publish command, channel and message a complete or release sends when someone waits. */
+  private wakeArgs(names: RecordNames): string[] {
+    return this.publish === 'SPUBLISH'
+      ? ['SPUBLISH', names.channel, names.id]
+      : ['PUBLISH', this.keys.wakeChannel, names.id];
+  }
+
+  /** EVALSHA; on NOSCRIPT, EVAL once (which caches the script on that server again). */
+  private async script(
+    operation: string,
+    script: RedisScript,
+    key: string,
+    args: Array<string | Buffer>,
+  ): Promise<unknown> {
+    try {
+      return await this.commands.send(operation, key, ['EVALSHA', script.sha, '1', key, ...args]);
+    } catch (error) {
+      if (!isNoScript(error)) throw error;
+      return this.commands.send(operation, key, ['EVAL', script.source, '1', key, ...args]);
+    }
+  }
+
+  private async awaitReplicas(operation: string, lease: RedisLease): Promise<void> {
+    if (!this.replicas) return;
+    const { replicas, timeoutMs } = this.replicas;
+    try {
+      const acknowledged = Number(
+        await this.commands.send(
+          `${operation} (WAIT)`,
+          lease.names.key,
+          ['WAIT', String(replicas), String(timeoutMs)],
+          { timeoutMs: timeoutMs + this.timeoutMs },
+        ),
+      );
+      if (acknowledged < replicas) {
+        this.logger.warn(
+          `${operation} of ${lease.digest}: ${acknowledged} of ${replicas} replicas acknowledged within ${timeoutMs} ms; a failover now could lose it`,
+        );
+      }
+    } catch (error) {
+      // The write itself succeeded: report, do not fail the call (a retry would be refused).
+      this.logger.warn(
+        `${operation} of ${lease.digest}: WAIT for ${replicas} replicas failed: ${(error as Error).message}`,
+      );
+    }
+  }
+
+  private async prepare(): Promise<void> {
+    const minimum = this.cluster ? MIN_CLUSTER : MIN_STANDALONE;
+    for (const node of await this.commands.masters('init')) {
+      const info = text((await this.commands.sendTo(node, 'init', ['INFO', 'server'])) as Buffer);
+      const version = /redis_version:(\d+)\.(\d+)/.exec(info);
+      if (
+        version &&
+        (Number(version[1]) < minimum[0] ||
+          (Number(version[1]) === minimum[0] && Number(version[2]) < minimum[1]))
+      ) {
+        throw new IdempotencyStoreSchemaError(
+          `RedisIdempotencyStore needs Redis ${minimum.join('.')} or later${this.cluster ? ' on a Cluster (sharded pub/sub)' : ''}; the server is ${version[1]}.${version[2]}`,
+        );
+      }
+      for (const script of SCRIPTS) {
+        await this.commands.sendTo(node, 'init', ['SCRIPT', 'LOAD', script.source]);
+      }
+    }
+  }
+}
+
+/** The creation time in microseconds, for ordering records created in the same millisecond. */
+const createdMicros = new WeakMap<IdempotencyRecordView, number>();
+const createdOf = (view: IdempotencyRecordView) =>
+  createdMicros.get(view) ?? view.createdAt.getTime();
+
+function keepNewest<T extends { created: number }>(items: T[], limit: number): T[] {
+  return items.sort((a, b) => b.created - a.created).slice(0, limit);
+}
+
+const text = (value: Buffer | string | null | undefined): string =>
+  value === null || value === undefined
+    ? ''
+    : typeof value === 'string'
+      ? value
+      : value.toString('utf8');
+
+/** A stored time (epoch ms with microseconds) as a Date (whole milliseconds). */
+const dateOf = (stored: string): Date => new Date(Math.floor(Number(stored)));
+
+function positive(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new IdempotencyConfigError(
+      `RedisIdempotencyStore: ${name} must be a positive number, got ${value}`,
+    );
+  }
+  return value;
+}
