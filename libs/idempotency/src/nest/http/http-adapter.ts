@@ -249,7 +249,12 @@ export class HttpIdempotency {
     try {
       if (this.settings.options.sanitize) record = this.sanitize(record);
     } catch (error) {
-      return this.notStorable(plan, execution, `sanitize threw: ${(error as Error).message}`);
+      return this.notStorable(
+        plan,
+        execution,
+        finished,
+        `sanitize threw: ${(error as Error).message}`,
+      );
     }
     if (record.status >= 500) {
       this.logger.warn(
@@ -270,12 +275,13 @@ export class HttpIdempotency {
             1000,
           ),
           this.settings.problemType,
+          finished,
         );
       }
       if (error instanceof IdempotencyPayloadError) {
         // Too large for the store: the record says so (completed without a result).
         this.logger.error(`${plan.where}: ${error.message}`);
-        return asOutgoing(notStorableProblem(), this.settings.problemType);
+        return asOutgoing(notStorableProblem(), this.settings.problemType, finished);
       }
       throw error;
     }
@@ -285,6 +291,7 @@ export class HttpIdempotency {
   private async notStorable(
     plan: HandlerPlan,
     execution: Execution,
+    finished: FinishedResponse,
     reason: string,
   ): Promise<Outgoing> {
     this.logger.error(
@@ -295,7 +302,7 @@ export class HttpIdempotency {
     } catch (error) {
       this.logger.error(`${plan.where}: ${(error as Error).message}`);
     }
-    return asOutgoing(notStorableProblem(), this.settings.problemType);
+    return asOutgoing(notStorableProblem(), this.settings.problemType, finished);
   }
 
   /** `sanitize` sees a copy: the body parsed from the bytes being sent, never the live object. */
@@ -508,15 +515,22 @@ function notStorableProblem(): ReturnType<typeof problem> {
   );
 }
 
+/** A problem document in place of the finished response, keeping its headers that do not describe the body (CORS, request ids). */
 function asOutgoing(
   exception: ReturnType<typeof problem>,
   problemType: (code: string) => string,
+  finished: FinishedResponse,
 ): Outgoing {
   exception.problem.type = problemType(exception.problem.code);
+  const kept: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(finished.headers)) {
+    if (!BODY_HEADERS.has(name) && !NEVER_STORED_HEADERS.includes(name)) kept[name] = value;
+  }
   return {
     kind: 'replace',
     status: exception.problem.status,
     headers: {
+      ...kept,
       'content-type': 'application/problem+json',
       ...Object.fromEntries(
         Object.entries(exception.headers).map(([k, v]) => [k.toLowerCase(), v]),

@@ -107,11 +107,13 @@ export class HeldResponse {
       return;
     }
     for (const name of this.res.getHeaderNames()) this.res.removeHeader(name);
-    this.res.writeHead(outgoing.status, {
-      ...outgoing.headers,
-      'content-length': String(outgoing.body.length),
-    });
-    this.res.end(outgoing.body, () => done());
+    // A 204 or 304 has no body, and no Content-Length either (RFC 9110).
+    const bodiless = outgoing.status === 204 || outgoing.status === 304;
+    const headers = { ...outgoing.headers };
+    delete headers['content-length'];
+    if (!bodiless) headers['content-length'] = String(outgoing.body.length);
+    this.res.writeHead(outgoing.status, headers);
+    this.res.end(bodiless ? undefined : outgoing.body, () => done());
   }
 }
 

@@ -19,8 +19,8 @@ export interface RedisCommandOptions {
 type Listener = (message: string, channel: string) => unknown;
 
 interface Evented {
-  on(event: string, listener: (...args: never[]) => unknown): unknown;
-  removeListener(event: string, listener: (...args: never[]) => unknown): unknown;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- EventEmitter's own listener type
+  on(event: string, listener: (...args: any[]) => void): unknown;
 }
 
 /** What a standalone client (`createClient()`) offers. */
