@@ -34,6 +34,7 @@ const runs = new Map<string, number>();
 const gates = new Map<string, { entered: Gate; release: Gate }>();
 const ran = (name: string) => runs.set(name, (runs.get(name) ?? 0) + 1);
 const events: IdempotencyEvent[] = [];
+const logged: string[] = [];
 
 class Customer {
   constructor(
@@ -126,7 +127,16 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
       disconnect: async () => undefined,
     };
     const moduleRef = await Test.createTestingModule({
-      imports: [IdempotencyModule.forRoot({ store, onEvent: (event) => events.push(event) })],
+      imports: [
+        IdempotencyModule.forRoot({
+          store,
+          onEvent: (event) => events.push(event),
+          logger: {
+            warn: (m) => void logged.push(`warn: ${m}`),
+            error: (m) => void logged.push(`error: ${m}`),
+          },
+        }),
+      ],
       controllers: [OrdersConsumer],
       // As Nest's docs register it: the reply is serialized after the library's interceptor.
       providers: [{ provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor }],
@@ -236,15 +246,32 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     ).resolves.toMatchObject({ state: 'COMPLETE' });
   });
 
-  it('refuses a message without a key with an idempotency-key-missing error (not the in-flight kind), without running the handler', async () => {
+  it('skips an event without a key (its offset committed, an error logged) rather than stall the partition, without running the handler', async () => {
     const before = runs.get('placed') ?? 0;
-    const error = await deliver('orders.placed', null, { orderId: randomUUID() }).catch(
-      (e: unknown) => e,
-    );
-    expect(error).toMatchObject({ status: 'error', code: 'idempotency-key-missing' });
-    expect(error).not.toBeInstanceOf(IdempotencyInFlightException);
-    expect(error).not.toBeInstanceOf(KafkaRetriableException);
+    logged.length = 0;
+    await expect(
+      deliver('orders.placed', null, { orderId: randomUUID() }),
+    ).resolves.toBeUndefined();
     expect(runs.get('placed') ?? 0).toBe(before);
+    expect(logged).toEqual([
+      'error: OrdersConsumer.placed: Kafka event skipped (idempotency-key-missing), it can never be processed as sent: OrdersConsumer.placed: the message has no idempotency key',
+    ]);
+  });
+
+  it('answers a request (@MessagePattern) without a key with an idempotency-key-missing error, not a retriable one', async () => {
+    const before = published.filter((p) => p.topic === 'orders.quote.reply').length;
+    const error = await deliver(
+      'orders.quote',
+      randomUUID(),
+      { orderId: randomUUID() },
+      { kafka_correlationId: randomUUID(), kafka_replyTopic: 'orders.quote.reply' },
+    ).catch((e: unknown) => e);
+    await repliesOn('orders.quote.reply', before + 1);
+    const reply = published.filter((p) => p.topic === 'orders.quote.reply')[before].messages[0];
+    expect(error === undefined || !(error instanceof KafkaRetriableException)).toBe(true);
+    // Nest sends a request's error in the reply's kafka_nest-err header, with no response.
+    expect(String(reply.headers['kafka_nest-err'])).toContain('idempotency-key-missing');
+    expect(String(reply.value)).not.toContain('price');
   });
 
   it('tells binary message keys apart: two keys that are not UTF-8 are two records, each run once', async () => {

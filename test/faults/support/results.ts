@@ -102,7 +102,7 @@ async function summarize(): Promise<void> {
   const document = [
     '# Fault suite results',
     '',
-    'Written by `npm run test:faults` (test/faults/support/results-teardown.js); do not edit by hand.',
+    'Written by `npm run test:faults` (test/faults/support/results.ts); do not edit by hand.',
     '',
     `Last run: ${new Date().toISOString()}, ${results.length} cases in ${seconds} s, against ${server}` +
       ` (case 4 always restarts an embedded server of its own), Node ${process.version}, ` +

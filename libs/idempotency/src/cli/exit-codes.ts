@@ -1,6 +1,6 @@
 /**
  * The CLI's exit codes. Scripts may rely on them; they are listed in
- * `nest-idempotency --help` and in the README.
+ * `nest-idempotency --help` and in docs/cli.md.
  */
 export const ExitCode = {
   /** The command did what it was asked. */

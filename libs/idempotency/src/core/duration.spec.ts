@@ -111,7 +111,7 @@ describe('parseDuration', () => {
         parseDuration('P30D', 'lease', 'defaults.lease', 'IdempotencyModule'),
       );
       expect(error.message).toBe(
-        'IdempotencyModule: option "defaults.lease" is too long ("P30D"); at most 24 days',
+        'IdempotencyModule: option "defaults.lease" is too long ("P30D"); at most 24.8 days (2^31 - 1 ms)',
       );
     });
 

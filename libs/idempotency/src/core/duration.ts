@@ -15,13 +15,13 @@ export const MAX_TTL_MS = 100 * 365 * 86_400_000;
  */
 export const DURATION_RULES = {
   /** Timed by the heartbeat: bounded by Node's timers. */
-  lease: { allowZero: false, maxMs: MAX_TIMER_MS, most: 'at most 24 days' },
+  lease: { allowZero: false, maxMs: MAX_TIMER_MS, most: 'at most 24.8 days (2^31 - 1 ms)' },
   /** Zero: look once and answer at once. */
-  waitTimeout: { allowZero: true, maxMs: MAX_TIMER_MS, most: 'at most 24 days' },
+  waitTimeout: { allowZero: true, maxMs: MAX_TIMER_MS, most: 'at most 24.8 days (2^31 - 1 ms)' },
   /** Kept in the store's clock, not a timer. */
   ttl: { allowZero: false, maxMs: MAX_TTL_MS, most: 'at most 100 years' },
   /** A timer (the purge schedule). */
-  interval: { allowZero: false, maxMs: MAX_TIMER_MS, most: 'at most 24 days' },
+  interval: { allowZero: false, maxMs: MAX_TIMER_MS, most: 'at most 24.8 days (2^31 - 1 ms)' },
 } as const;
 
 export type DurationKind = keyof typeof DURATION_RULES;

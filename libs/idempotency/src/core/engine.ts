@@ -150,7 +150,10 @@ export class IdempotencyEngine {
    * store's `IdempotencyStoreUnavailableError`.
    */
   async begin(policy: ExecutionPolicy, call: CallOptions): Promise<BeginOutcome> {
-    assertValidKey(policy.where, call.key, policy.maxKeyLength);
+    // The digest in its messages is the one events and logs use for this record.
+    assertValidKey(policy.where, call.key, policy.maxKeyLength, (key) =>
+      keyDigest(policy.scope, key, call.tenant),
+    );
     const startedAt = performance.now();
     const result = await this.context.store.tryAcquire({
       scope: storedScope(policy.scope, call.tenant),

@@ -64,6 +64,8 @@ export function assertValidKey(
   where: string,
   key: unknown,
   maxLength = DEFAULT_MAX_KEY_LENGTH,
+  /** How the record is named in logs (with its scope and tenant); by default `where` and the key. */
+  digestOf: (key: string) => string = (k) => keyDigest(where, k),
 ): asserts key is string {
   if (typeof key !== 'string') {
     throw new IdempotencyKeyError(
@@ -76,18 +78,18 @@ export function assertValidKey(
   // UTF-16 length bounds the code points from above, so most keys skip the count.
   if (key.length > maxLength && codePoints(key) > maxLength) {
     throw new IdempotencyKeyError(
-      `${where}: idempotency key ${keyDigest(where, key)} is ${codePoints(key)} characters; the maximum is ${maxLength}`,
+      `${where}: idempotency key ${digestOf(key)} is ${codePoints(key)} characters; the maximum is ${maxLength}`,
     );
   }
   if (hasControlCharacters(key)) {
     throw new IdempotencyKeyError(
-      `${where}: idempotency key ${keyDigest(where, key)} contains control characters`,
+      `${where}: idempotency key ${digestOf(key)} contains control characters`,
     );
   }
   if (!key.isWellFormed()) {
     // A lone surrogate would turn into U+FFFD on the way to UTF-8, and two keys into one.
     throw new IdempotencyKeyError(
-      `${where}: idempotency key ${keyDigest(where, key)} is not well-formed Unicode (a lone surrogate)`,
+      `${where}: idempotency key ${digestOf(key)} is not well-formed Unicode (a lone surrogate)`,
     );
   }
 }

@@ -149,7 +149,14 @@ function compileFingerprint(
 ): HandlerPlan['fingerprint'] {
   if (option === undefined) return transport === 'http' ? 'default' : false;
   if (option === false) return false;
-  if (option === true) return 'default';
+  if (option === true) {
+    if (transport === 'rpc') {
+      throw new IdempotencyConfigError(
+        `${where}: option "fingerprint" has no default for a message handler; pass a function of the message, e.g. ({ data }) => JSON.stringify(data)`,
+      );
+    }
+    return 'default';
+  }
   if (typeof option === 'function') return option;
   throw new IdempotencyConfigError(
     `${where}: option "fingerprint" must be true, false or a function`,

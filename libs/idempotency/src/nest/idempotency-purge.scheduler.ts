@@ -24,7 +24,7 @@ export interface PurgeRun {
 @Injectable()
 export class IdempotencyPurgeScheduler implements OnApplicationBootstrap, OnApplicationShutdown {
   readonly events = new EventEmitter();
-  private readonly logger = new Logger('IdempotencyPurge');
+  private readonly logger: { warn(message: string): void };
   private readonly intervalMs?: number;
   private readonly batchSize: number = DEFAULT_PURGE.batchSize;
   private timer?: NodeJS.Timeout;
@@ -35,6 +35,7 @@ export class IdempotencyPurgeScheduler implements OnApplicationBootstrap, OnAppl
     @Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings,
     private readonly engine: IdempotencyEngine,
   ) {
+    this.logger = settings.options.logger ?? new Logger('IdempotencyPurge');
     if (settings.purge === false) return;
     this.intervalMs = settings.purge.intervalMs;
     this.batchSize = settings.purge.batchSize;

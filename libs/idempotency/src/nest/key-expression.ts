@@ -8,8 +8,8 @@ import { keyFromBytes } from '../core/key';
  * by walking own properties only (no eval, no prototype access).
  *
  * A template's values are escaped so that different values never make the
- * same key: `%` and every character of the template's own text are
- * percent-encoded in each value (customer `1:2` with order `3` gives
+ * same key: `%` and the characters of the template's separators and suffix
+ * are percent-encoded in each value (customer `1:2` with order `3` gives
  * `order:1%3A2:3`, customer `1` with order `2:3` gives `order:1:2%3A3`).
  * A single path is used as it is.
  */
@@ -122,10 +122,17 @@ export function compileKeyExpression(
   };
 }
 
-/** Percent-encodes `%` and every character of the template's literal text in a value. */
+/**
+ * Percent-encodes, in a value, `%` and every character of the template's text
+ * that follows its first value (the separators and the suffix): those are what
+ * could make two sets of values read the same. A fixed prefix needs nothing.
+ */
 function valueEscaper(parts: (string | PathSegment[])[]): (value: string) => string {
   const special = new Set(['%']);
-  for (const part of parts) if (typeof part === 'string') for (const ch of part) special.add(ch);
+  const first = parts.findIndex((part) => typeof part !== 'string');
+  parts.forEach((part, i) => {
+    if (i > first && typeof part === 'string') for (const ch of part) special.add(ch);
+  });
   return (value) => {
     let out = '';
     for (const ch of value) {

@@ -12,6 +12,7 @@ export type ResolvedKey = { kind: 'key'; key: string } | { kind: 'absent' };
 export function evaluateKey(plan: HandlerPlan, source: KeySource): ResolvedKey {
   let value: unknown;
   if (plan.key.kind === 'function') {
+    // A key function that throws is the application's own error: it propagates as it is.
     value = plan.key.fn(source);
   } else if (plan.key.kind === 'expression') {
     const result = plan.key.expression.evaluate(source as unknown as Record<string, unknown>);

@@ -5,8 +5,9 @@ type Body = () => unknown;
 
 /**
  * The four functions of a test runner the kit registers its scenarios with.
- * Jest's globals, Vitest's (with or without `globals: true`: pass
- * `import * as vitest from 'vitest'`), node:test and Mocha all fit.
+ * Jest's globals and Vitest's (with or without `globals: true`: pass
+ * `import * as vitest from 'vitest'`) fit as they are; node:test and Mocha
+ * fit as `{ describe, it, beforeAll: before, afterAll: after }`.
  */
 export interface TestRunner {
   describe: (name: string, body: () => void) => unknown;

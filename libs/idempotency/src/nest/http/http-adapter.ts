@@ -2,6 +2,7 @@ import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import type { HttpAdapterHost } from '@nestjs/core';
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { from, lastValueFrom, Observable } from 'rxjs';
 import type { IdempotencyEngine } from '../../core/engine';
 import {
@@ -247,7 +248,11 @@ export class HttpIdempotency {
       body: finished.body,
     };
     try {
-      if (this.settings.options.sanitize) record = this.sanitize(record);
+      if (this.settings.options.sanitize) {
+        record = this.sanitize(record);
+        // Whatever the sanitizer returned, the headers that are never stored stay out.
+        record.headers = storedHeaders(record.headers, plan.replayHeaders!);
+      }
     } catch (error) {
       return this.notStorable(
         plan,
@@ -336,7 +341,9 @@ export class HttpIdempotency {
       try {
         return evaluateKey(plan, this.source(request, context));
       } catch (error) {
-        throw problem(400, 'idempotency-key-invalid', (error as Error).message);
+        // Only the library's own verdict is the client's fault; a key function's bug is not.
+        if (!(error instanceof IdempotencyKeyError)) throw error;
+        throw problem(400, 'idempotency-key-invalid', error.message);
       }
     }
     const header = readKeyHeader(
@@ -426,7 +433,7 @@ export class HttpIdempotency {
       return problem(
         409,
         'idempotency-in-flight',
-        `a request with this ${this.settings.keyHeader} is still being processed`,
+        'a request with this idempotency key is still being processed',
         error.retryAfterMs,
       );
     }
@@ -434,7 +441,7 @@ export class HttpIdempotency {
       return problem(
         422,
         'idempotency-key-reused',
-        `this ${this.settings.keyHeader} was already used with a different request`,
+        'this idempotency key was already used with a different request',
       );
     }
     if (error instanceof IdempotencyKeyError)
@@ -545,7 +552,8 @@ function storedHeaders(
   allowed: Set<string>,
 ): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) {
+  for (const [given, value] of Object.entries(headers)) {
+    const name = given.toLowerCase();
     if (value === undefined || !allowed.has(name) || NEVER_STORED_HEADERS.includes(name)) continue;
     out[name] = Array.isArray(value) ? value.map(String) : String(value);
   }
@@ -585,9 +593,12 @@ function uploadedFiles(request: HttpRequest): unknown {
       name: f.originalname,
       type: f.mimetype,
       size: f.size,
+      // The content, whether multer kept it in memory or wrote it to disk (under a random name).
       content: Buffer.isBuffer(f.buffer)
         ? createHash('sha256').update(f.buffer).digest('hex')
-        : (f.path ?? null),
+        : f.path
+          ? createHash('sha256').update(readFileSync(f.path)).digest('hex')
+          : null,
     };
   };
   const files = request.files;

@@ -2,6 +2,7 @@ import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import { from, lastValueFrom, Observable } from 'rxjs';
 import type { IdempotencyEngine } from '../../core/engine';
 import {
+  IdempotencyCompletionError,
   IdempotencyError,
   IdempotencyFingerprintMismatchException,
   IdempotencyInFlightException,
@@ -19,6 +20,7 @@ import type { RpcKeySource } from '../idempotent.decorator';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
 import { messageView } from './message-view';
+import { microservices } from './microservices';
 import { settleDelivery } from './rmq-settlement';
 import { rpcExceptions } from './rpc-exceptions';
 
@@ -58,11 +60,13 @@ export class MessageIdempotency {
     try {
       resolved = evaluateKey(plan, source);
     } catch (error) {
-      throw this.reject(context, plan, 'idempotency-key-invalid', (error as Error).message);
+      // Only the library's own verdict is the message's fault; a key function's bug is not.
+      if (!(error instanceof IdempotencyKeyError)) throw error;
+      return this.reject(context, plan, 'idempotency-key-invalid', error.message);
     }
     if (resolved.kind === 'absent') {
       if (plan.required) {
-        throw this.reject(
+        return this.reject(
           context,
           plan,
           'idempotency-key-missing',
@@ -97,7 +101,7 @@ export class MessageIdempotency {
         );
       }
       if (error instanceof IdempotencyFingerprintMismatchException) {
-        throw this.reject(
+        return this.reject(
           context,
           plan,
           'idempotency-key-reused',
@@ -105,7 +109,7 @@ export class MessageIdempotency {
         );
       }
       if (error instanceof IdempotencyKeyError) {
-        throw this.reject(context, plan, 'idempotency-key-invalid', error.message);
+        return this.reject(context, plan, 'idempotency-key-invalid', error.message);
       }
       throw error;
     }
@@ -115,7 +119,12 @@ export class MessageIdempotency {
       const lost = notStorableReason(begun.payload);
       if (lost !== undefined) {
         // The handler ran once; its result is not there to replay, and it is not run again.
-        return null;
+        // An event needs no answer; a request is told.
+        if (plan.isEvent) return null;
+        throw exceptions.rejected(
+          'idempotency-result-not-storable',
+          `${plan.where}: the message was processed, but its result could not be recorded for replay; it is not run again`,
+        );
       }
       // Always a value: an empty stream would make Kafka retry and a request/reply hang.
       return decodeValue(begun.payload) ?? null;
@@ -144,7 +153,12 @@ export class MessageIdempotency {
     } catch (error) {
       if (error instanceof IdempotencyError) {
         this.logger.error(`${plan.where}: ${error.message}`);
-        throw exceptions.rejected(error.name, error.message);
+        throw exceptions.rejected(
+          error instanceof IdempotencyCompletionError
+            ? 'idempotency-completion-failed'
+            : 'idempotency-error',
+          error.message,
+        );
       }
       throw error;
     }
@@ -174,7 +188,8 @@ export class MessageIdempotency {
     let resolved: ResolvedKey;
     try {
       resolved = evaluateKey(plan, source);
-    } catch {
+    } catch (error) {
+      if (!(error instanceof IdempotencyKeyError)) throw error;
       report('key-invalid');
       return run();
     }
@@ -243,24 +258,42 @@ export class MessageIdempotency {
     return encodeValue((this.settings.options.sanitize(copy) as StoredRpcResult).value);
   }
 
+  /**
+   * A message that can never succeed as sent. A request is answered with the
+   * error; a RabbitMQ delivery is settled by the handler's rules; a Kafka event
+   * is skipped (its offset committed) with an error in the log, since
+   * throwing would make kafkajs retry it forever and stall its partition.
+   */
   private reject(
     context: ExecutionContext,
     plan: HandlerPlan,
     code: string,
     message: string,
-  ): Error {
+  ): null {
+    const { KafkaContext } = microservices();
+    if (plan.isEvent && context.switchToRpc().getContext() instanceof KafkaContext) {
+      this.logger.error(
+        `${plan.where}: Kafka event skipped (${code}), it can never be processed as sent: ${message}`,
+      );
+      return null;
+    }
     this.logger.warn(`${plan.where}: delivery refused (${code}): ${message}`);
     settleDelivery(context, plan.rmq!, 'rejected');
-    return rpcExceptions().rejected(code, message);
+    throw rpcExceptions().rejected(code, message);
   }
 }
 
 let classTransformer: { instanceToPlain(value: unknown): unknown } | null | undefined;
 
+function isClassInstance(value: unknown): boolean {
+  if (value === null || typeof value !== 'object') return false;
+  const prototype = Object.getPrototypeOf(value);
+  return prototype !== Object.prototype && prototype !== null && !Array.isArray(value);
+}
+
 function toPlain(value: unknown): unknown {
-  if (value === null || typeof value !== 'object') return value;
-  const prototype = Object.getPrototypeOf(Array.isArray(value) ? (value[0] ?? {}) : value);
-  if (prototype === Object.prototype || prototype === null) return value;
+  const classes = Array.isArray(value) ? value.some(isClassInstance) : isClassInstance(value);
+  if (!classes) return value;
   if (classTransformer === undefined) {
     try {
       // eslint-disable-next-line @typescript-eslint/no-require-imports
