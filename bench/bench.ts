@@ -1,8 +1,9 @@
 /**
  * `npm run bench`: every benchmark in one run, one table, bench/RESULTS.md.
  *
- *   1. floor   the store against the raw SQL it sends, through pg directly
- *   2. http    what @Idempotent costs over HTTP (Express, Fastify), replay cache on and off
+ *   1. floor   the store against the minimum SQL (INSERT … ON CONFLICT + fenced UPDATE; SELECT by key)
+ *   2. http    what @Idempotent costs over HTTP (Express, Fastify): PostgreSQL store with the
+ *              replay cache off and on, and the in-memory store
  *   3. wake    how soon a waiting duplicate gets its answer
  *   4. scale   a million-record table; purging a million expired records under traffic
  *   5. memory  the application's memory after many requests
@@ -10,11 +11,11 @@
  * Starts an embedded PostgreSQL unless IDEMPOTENCY_BENCH_PG_URL names a server
  * (it then works in scratch schemas it drops afterwards). The environment
  * tunables (durations, rounds, sizes) are in bench/sections/context.ts
- * (readConfig). Run a subset with BENCH_SECTIONS=floor,wake.
+ * (readConfig). Run a subset with BENCH_SECTIONS=floor,wake. BENCH_RESULTS_DIR puts
+ * RESULTS.md elsewhere: set it for shortened runs, which must not replace bench/RESULTS.md.
  */
 import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
-import path from 'node:path';
 import { installDriverCounter } from './lib/driver-count';
 import {
   cpuSnapshot,
@@ -25,7 +26,7 @@ import {
   sampleLoad,
 } from './lib/machine';
 import { openDataSource, serverVersion, startServer } from './lib/postgres';
-import { consoleTable, mdTable, writeMarkdown } from './lib/report';
+import { consoleTable, mdTable, resultsPath, writeMarkdown } from './lib/report';
 import {
   BenchContext,
   engineWarnings,
@@ -79,6 +80,7 @@ async function main(): Promise<void> {
     machine = describeMachine(await serverVersion(admin), server.describe);
     const ctx: BenchContext = {
       url: server.url,
+      external: server.external,
       config,
       admin,
       schema: (prefix) => {
@@ -173,9 +175,9 @@ async function main(): Promise<void> {
     ).map((n) => `- ${n}`),
     '',
   ].join('\n');
-  const out = path.join(__dirname, 'RESULTS.md');
+  const out = resultsPath('RESULTS.md');
   await writeMarkdown(out, markdown);
-  console.log(`written to ${path.relative(process.cwd(), out)}`);
+  console.log(`written to ${out}`);
 }
 
 main().catch((error) => {

@@ -1,35 +1,61 @@
 /**
  * `npm run bench:http`: what @Idempotent costs over HTTP. The application runs
- * in its own process; autocannon generates the load from this one. Per adapter,
- * the workloads alternate (A/B/C/D/E, A/B/C/D/E, …) so ratios hold on a noisy
- * machine; each figure is the median over the rounds.
+ * in its own processes (PostgreSQL store, the same with the replay cache on,
+ * the in-memory store); autocannon generates the load from this one. Per
+ * adapter, the workloads alternate (A/B/C/…, A/B/C/…) so ratios hold on a noisy
+ * machine; each figure is the median over the rounds, each ratio the median of
+ * the rounds' ratios to the undecorated handler on the same process.
  *
- * Tunables (environment): BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_CACHE_ENTRIES (10000).
+ * Tunables (environment): BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_CACHE_ENTRIES (10000),
+ * BENCH_HTTP_ADAPTERS (express,fastify), BENCH_HTTP_WORKLOADS (all; names separated by ';', as the table
+ * spells them, e.g. 'fresh keys, memory store;replay, memory store'),
+ * BENCH_RESULTS_DIR (where RESULTS-http.md goes; default bench/: set it for shortened runs).
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { compareHttp, HttpRow } from './lib/http';
+import {
+  Adapter,
+  baselineOf,
+  compareHttp,
+  HTTP_WORKLOADS,
+  HttpRow,
+  HttpWorkload,
+} from './lib/http';
 import { openDataSource, serverVersion, startServer } from './lib/postgres';
+import { resultsPath } from './lib/report';
 import { envNumber } from './lib/stats';
+import { HTTP_TARGETS } from './sections/http';
 
 const ROUNDS = envNumber('BENCH_ROUNDS', 3);
 const SECONDS = envNumber('BENCH_SECONDS', 5);
 const CACHE_ENTRIES = envNumber('BENCH_CACHE_ENTRIES', 10_000);
 const CONNECTIONS = 32;
+const ADAPTERS = (process.env.BENCH_HTTP_ADAPTERS ?? 'express,fastify')
+  .split(',')
+  .map((s) => s.trim())
+  .filter(Boolean) as Adapter[];
+const WORKLOADS = process.env.BENCH_HTTP_WORKLOADS
+  ? (process.env.BENCH_HTTP_WORKLOADS.split(';').map((s) => s.trim()) as HttpWorkload[])
+  : HTTP_WORKLOADS;
+for (const a of ADAPTERS)
+  if (a !== 'express' && a !== 'fastify') throw new Error(`BENCH_HTTP_ADAPTERS: unknown "${a}"`);
+for (const w of WORKLOADS)
+  if (!HTTP_WORKLOADS.includes(w)) throw new Error(`BENCH_HTTP_WORKLOADS: unknown "${w}"`);
 
 async function main() {
   const server = await startServer();
   const schema = `bench_http_${randomBytes(4).toString('hex')}`;
   const setup = await openDataSource(server.url, 'idem-bench-setup', 2);
-  await new TypeOrmIdempotencyStore(setup, { schema, ensureSchema: true }).init();
+  const schemaStore = new TypeOrmIdempotencyStore(setup, { schema, ensureSchema: true });
+  await schemaStore.init();
+  await schemaStore.close();
   const version = await serverVersion(setup);
 
   const results: HttpRow[] = [];
   try {
-    for (const adapter of ['express', 'fastify'] as const) {
+    for (const adapter of ADAPTERS) {
       results.push(
         ...(await compareHttp({
           adapter,
@@ -39,6 +65,7 @@ async function main() {
           seconds: SECONDS,
           connections: CONNECTIONS,
           cacheMaxEntries: CACHE_ENTRIES,
+          workloads: WORKLOADS,
           log: (line) => process.stderr.write(`${line}\n`),
         })),
       );
@@ -49,15 +76,20 @@ async function main() {
     await server.stop();
   }
 
-  const rows = results.map((r) => [
-    r.adapter,
-    r.workload,
-    r.rps.toFixed(0),
-    `${r.p50} ms`,
-    `${r.p99} ms`,
-    r.ratio.toFixed(2),
-    String(r.failures),
-  ]);
+  const rows = results.map((r) => {
+    const target = HTTP_TARGETS[r.workload];
+    const isBaseline = baselineOf(r.workload) === r.workload;
+    return [
+      r.adapter,
+      r.workload,
+      r.rps.toFixed(0),
+      `${r.p50} ms`,
+      `${r.p99} ms`,
+      isBaseline ? '1' : `${r.ratio.toFixed(2)} (${r.ratios.map((x) => x.toFixed(2)).join(' / ')})`,
+      target === undefined ? '' : `≥ ${target.toFixed(2)}: ${r.ratio >= target ? 'met' : 'missed'}`,
+      String(r.failures),
+    ];
+  });
   const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, ${os.type()} ${os.release()}, Node ${process.version}, PostgreSQL ${version}${server.external ? '' : ' (embedded, default settings)'}`;
   const header = [
     'adapter',
@@ -65,7 +97,8 @@ async function main() {
     'req/s (median)',
     'p50',
     'p99',
-    'ratio to undecorated (same process)',
+    'ratio to undecorated, same process (rounds)',
+    'target',
     'errors + non-2xx',
   ];
   const table = [header, ...rows];
@@ -76,7 +109,7 @@ async function main() {
     '',
     `Machine: ${machine}.`,
     '',
-    `${CONNECTIONS} connections, POST with a JSON body, a trivial handler (no database work of its own); ${ROUNDS} rounds of ${SECONDS} s per workload, the workloads alternating within each round; req/s, p50 and p99 are medians over the rounds, and a ratio is the median of the rounds' ratios (the workload's req/s ÷ the undecorated handler's on the same process in the same round). "fresh keys" is a first execution per request (acquire + complete: two PostgreSQL round trips); "replay" repeats one completed key (one round trip); "undecorated, cache process" and "replay, cache on" run against a second application process started with the module option \`cache: { maxEntries: ${CACHE_ENTRIES} }\` (a cached replay makes no round trip); their ratio is to that process's own undecorated figure. The applications run in their own processes, autocannon in another.`,
+    `${CONNECTIONS} connections, POST with a JSON body, a trivial handler (no database work of its own); ${ROUNDS} rounds of ${SECONDS} s per workload, the workloads alternating within each round; req/s, p50 and p99 are medians over the rounds, and a ratio is the median of the rounds' ratios (the workload's req/s ÷ the undecorated handler's on the same process in the same round). "fresh keys" is a first execution per request (acquire + complete: two PostgreSQL round trips); "replay" repeats one completed key (one round trip); "undecorated, cache process" and "replay, cache on" run against a second application process started with the module option \`cache: { maxEntries: ${CACHE_ENTRIES} }\` (a cached replay makes no round trip); their ratio is to that process's own undecorated figure. "undecorated, memory process", "fresh keys, memory store" and "replay, memory store" run against a third process on \`InMemoryIdempotencyStore\` with the cache off (no database at all: the library's own cost per request; its replays are uncached). The applications run in their own processes, autocannon in this one.`,
     '',
     line(header),
     `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`,
@@ -84,7 +117,9 @@ async function main() {
     '',
   ].join('\n');
   console.log(markdown);
-  fs.writeFileSync(path.join(__dirname, 'RESULTS-http.md'), markdown);
+  const out = resultsPath('RESULTS-http.md');
+  fs.writeFileSync(out, markdown);
+  console.log(`written to ${out}`);
 }
 
 main().catch((error) => {

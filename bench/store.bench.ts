@@ -5,13 +5,13 @@
  *
  * Starts an embedded PostgreSQL unless IDEMPOTENCY_BENCH_PG_URL names a server
  * (it then works in a scratch schema it drops afterwards). Prints the results
- * and writes them to bench/RESULTS-store.md.
+ * and writes them to bench/RESULTS-store.md (to BENCH_RESULTS_DIR instead when
+ * set: use it for shortened runs).
  *
  * Tunables (environment): BENCH_SECONDS (5), BENCH_RUNS (3), BENCH_WARMUP_SECONDS (2),
- * BENCH_CONCURRENCY (32), BENCH_POOL (32), BENCH_WAKE_TRIALS (100).
+ * BENCH_CONCURRENCY (32), BENCH_POOL (32), BENCH_WAKE_TRIALS (100, at least 50).
  */
 import { randomBytes } from 'node:crypto';
-import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { DataSource } from 'typeorm';
 import { IdempotencyEngine } from 'nest-idempotency';
@@ -19,7 +19,8 @@ import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { installDriverCounter } from './lib/driver-count';
 import { describeMachine, machineRows } from './lib/machine';
 import { openDataSource, poolOf, serverVersion, startServer } from './lib/postgres';
-import { consoleTable, mdTable, writeMarkdown } from './lib/report';
+import { qualified, recordIdOf } from '../libs/idempotency/src/stores/typeorm/table';
+import { consoleTable, mdTable, resultsPath, writeMarkdown } from './lib/report';
 import { envNumber, fmtMs, fmtP50P99, fmtRange, median, percentile } from './lib/stats';
 import { measure as measureWith, Throughput } from './lib/throughput';
 import { WakeSetup, WakeTrial, wakeTrial } from './lib/wake';
@@ -28,7 +29,7 @@ import {
   engineWarnings,
   executeFresh,
   quietLogger,
-  REQUEST,
+  replayCompleted,
   SCOPE,
 } from './sections/context';
 
@@ -55,9 +56,16 @@ async function main(): Promise<void> {
     openDataSource(server.url, applicationName, max);
   let a: DataSource | undefined;
   let b: DataSource | undefined;
+  /** Reads records for the self-checks; its queries count for neither instance. */
+  let probe: DataSource | undefined;
   const stores: TypeOrmIdempotencyStore[] = [];
   try {
-    [a, b] = await Promise.all([open(APP_A, POOL), open(APP_B, 8)]);
+    [a, b, probe] = await Promise.all([
+      open(APP_A, POOL),
+      open(APP_B, 8),
+      open('idem-bench-probe', 1),
+    ]);
+    const reader = probe;
     const storeA = new TypeOrmIdempotencyStore(a, {
       schema,
       ensureSchema: true,
@@ -92,13 +100,8 @@ async function main(): Promise<void> {
     }
 
     // Replays of keys completed above.
-    const replay = async (caller: number, i: number) => {
-      const key = completedKeys[(caller * 7919 + i * 31) % completedKeys.length];
-      const outcome = await engineA.execute({ scope: SCOPE, key, ...REQUEST }, async () => {
-        throw new Error('a replay must not execute');
-      });
-      if (outcome.kind !== 'replayed') throw new Error(`completed key ${outcome.kind}`);
-    };
+    const replay = (caller: number, i: number) =>
+      replayCompleted(engineA, completedKeys[(caller * 7919 + i * 31) % completedKeys.length]);
     process.stdout.write('\nreplays: warm-up');
     await measure(Math.min(WARMUP_SECONDS, 1), replay);
     const replays: Throughput[] = [];
@@ -108,7 +111,16 @@ async function main(): Promise<void> {
     }
 
     // Wake latency of a waiting duplicate, woken on the same instance and on another.
-    const common = { scope: SCOPE, holderStore: storeA, holderApp: APP_A };
+    // The waiter's acquire must mark the record watched, or complete() sends no NOTIFY.
+    const table = qualified(storeA.tableName);
+    const watchedOf = async (scope: string, key: string) => {
+      const rows: { watched: boolean }[] = await reader.query(
+        `SELECT watched FROM ${table} WHERE id = $1`,
+        [recordIdOf(scope, key)],
+      );
+      return rows[0]?.watched === true;
+    };
+    const common = { scope: SCOPE, holderStore: storeA, holderApp: APP_A, watchedOf };
     const sameInstance: WakeSetup = {
       ...common,
       waiterEngine: engineA,
@@ -147,13 +159,13 @@ async function main(): Promise<void> {
           trials.map((x) => x.completeMs),
           50,
         ),
-      )}`,
+      )}; marked watched by the waiter's acquire: ${trials.filter((x) => x.watched).length} of ${trials.length}`,
     ];
     const rows: string[][] = [
       [
         'First executions/s',
         String(fmtRate(firsts)),
-        `median of ${RUNS} × ${SECONDS} s (runs: ${runsOf(firsts)}); ${CONCURRENCY} callers, pool ${POOL}, fresh keys, acquire + complete through IdempotencyEngine`,
+        `median of ${RUNS} × ${SECONDS} s (runs: ${runsOf(firsts)}); ${CONCURRENCY} callers, pool ${POOL}, fresh keys, acquire + complete through IdempotencyEngine.run`,
       ],
       [
         'Replays/s',
@@ -200,19 +212,19 @@ async function main(): Promise<void> {
       '',
       '## Method',
       '',
-      `- Each throughput figure: ${WARMUP_SECONDS} s warm-up, then ${RUNS} runs of ${SECONDS} s each; the median run is reported. ${CONCURRENCY} concurrent callers each loop on \`IdempotencyEngine.execute\` (lease 30 s, waitTimeout 10 s, ttl 24 h) with a small JSON result.`,
-      `- Wake latency: the holder acquires a key on instance A; a duplicate calls \`execute\` with waitTimeout 10 s (through A, or through a second DataSource and store, B); once it has looked and parked, the clock starts just before the holder's \`complete()\` and stops when the duplicate's \`execute()\` resolves with the replay. ${WAKE_TRIALS} trials each, one at a time; percentiles are nearest-rank.`,
+      `- Each throughput figure: ${WARMUP_SECONDS} s warm-up, then ${RUNS} runs of ${SECONDS} s each; the median run is reported. ${CONCURRENCY} concurrent callers each loop on \`IdempotencyEngine.run\` with a policy compiled once (lease 30 s, waitTimeout 10 s, ttl 24 h) and a small JSON result.`,
+      `- Wake latency: the holder acquires a key on instance A; a duplicate calls \`execute\` with waitTimeout 10 s (through A, or through a second DataSource and store, B); its look marks the record \`watched\` (so the holder's \`complete()\` notifies); once it has looked and parked, the clock starts just before the holder's \`complete()\` and stops when the duplicate's \`execute()\` resolves with the replay. ${WAKE_TRIALS} trials each, one at a time; percentiles are nearest-rank.`,
       '- Round trips are counted in the driver: every `pg` `Client.query` call, attributed to an instance by its connection `application_name`. The LISTEN connection (outside the pool) issues its one LISTEN during warm-up, not during the measurements.',
       `- PostgreSQL and the benchmark share the machine${engineWarnings.count ? `; the engine logged ${engineWarnings.count} warnings` : ''}. Figures are for comparison between runs on one machine, not absolutes.`,
       '',
     ].join('\n');
-    const out = path.join(__dirname, 'RESULTS-store.md');
+    const out = resultsPath('RESULTS-store.md');
     await writeMarkdown(out, markdown);
-    console.log(`written to ${path.relative(process.cwd(), out)}`);
+    console.log(`written to ${out}`);
   } finally {
     for (const store of stores) await store.close().catch(() => undefined);
     if (a) await a.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
-    await Promise.all([a?.destroy(), b?.destroy()]).catch(() => undefined);
+    await Promise.all([a?.destroy(), b?.destroy(), probe?.destroy()]).catch(() => undefined);
     await server.stop();
   }
 }

@@ -1,5 +1,6 @@
 // The application under test for `npm run bench:http` and `npm run bench`, in its own process.
 // BENCH_CACHE_MAX_ENTRIES=n turns on the module's local replay cache (cache: { maxEntries: n }).
+// BENCH_STORE=memory uses the in-memory store (no database); default: TypeOrmIdempotencyStore.
 // IPC: { type: 'rss' } answers { rss }; { type: 'memory' } forces a full GC first when the
 // process runs with --expose-gc and answers { memory: process.memoryUsage(), gc }.
 import 'reflect-metadata';
@@ -7,7 +8,12 @@ import { Body, Controller, HttpCode, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { AddressInfo } from 'node:net';
-import { Idempotent, IdempotencyModule } from 'nest-idempotency';
+import {
+  IdempotencyStore,
+  Idempotent,
+  IdempotencyModule,
+  InMemoryIdempotencyStore,
+} from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 
@@ -28,12 +34,18 @@ class BenchController {
 }
 
 async function main() {
-  const dataSource = await new DataSource({
-    type: 'postgres',
-    url: process.env.DATABASE_URL,
-    extra: { max: Number(process.env.POOL_SIZE ?? 32) },
-  }).initialize();
-  const store = new TypeOrmIdempotencyStore(dataSource, { schema: process.env.BENCH_SCHEMA });
+  let dataSource: DataSource | undefined;
+  let store: IdempotencyStore;
+  if (process.env.BENCH_STORE === 'memory') {
+    store = new InMemoryIdempotencyStore();
+  } else {
+    dataSource = await new DataSource({
+      type: 'postgres',
+      url: process.env.DATABASE_URL,
+      extra: { max: Number(process.env.POOL_SIZE ?? 32) },
+    }).initialize();
+    store = new TypeOrmIdempotencyStore(dataSource, { schema: process.env.BENCH_SCHEMA });
+  }
 
   const cacheEntries = Number(process.env.BENCH_CACHE_MAX_ENTRIES ?? 0);
   const cache = cacheEntries > 0 ? { maxEntries: cacheEntries } : false;
@@ -66,7 +78,7 @@ async function main() {
     () =>
       void app
         .close()
-        .then(() => dataSource.destroy())
+        .then(() => dataSource?.destroy())
         .then(() => process.exit(0)),
   );
 }

@@ -1,4 +1,5 @@
 import { execSync } from 'node:child_process';
+import fs from 'node:fs';
 import { cpuSnapshot } from './machine';
 
 /** Microseconds per clock tick of /proc (USER_HZ, 100 on Linux nearly everywhere). */
@@ -19,17 +20,62 @@ export interface CpuSplit {
    * under it; undefined without /proc. 10 ms resolution.
    */
   othersUs?: number;
+  /**
+   * CPU microseconds of the PostgreSQL backends serving the measured
+   * connections (found by their application_name in pg_stat_activity, read
+   * from /proc/<pid>/stat): works for an external server on this machine too.
+   * Undefined when no backend could be read. 10 ms resolution.
+   */
+  backendsUs?: number;
 }
 
-/** Runs `fn` and splits the CPU it cost between this process and its descendants. */
-export async function withCpu<T>(fn: () => Promise<T>): Promise<{ value: T; cpu: CpuSplit }> {
+/** utime + stime of one process, in clock ticks; undefined once it is gone or unreadable. */
+function ticksOf(pid: number): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(fields[11]) + Number(fields[12]);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Current ticks of each pid that can be read. */
+function ticksOfAll(pids: number[]): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const pid of pids) {
+    const ticks = ticksOf(pid);
+    if (ticks !== undefined) out.set(pid, ticks);
+  }
+  return out;
+}
+
+/**
+ * Runs `fn` and splits the CPU it cost between this process, its descendants,
+ * and (with `backends`, which lists the PIDs of the backends serving the
+ * measured connections) those backends. Backends that appear during the run
+ * count from zero; keep the pools' connections open (idleTimeoutMillis: 0) so
+ * none is closed, and its CPU lost, while it runs.
+ */
+export async function withCpu<T>(
+  fn: () => Promise<T>,
+  backends?: () => Promise<number[]>,
+): Promise<{ value: T; cpu: CpuSplit }> {
+  const before = backends ? ticksOfAll(await backends()) : undefined;
   const node0 = process.cpuUsage();
   const tree0 = cpuSnapshot();
   const value = await fn();
   const node = process.cpuUsage(node0);
   const tree1 = cpuSnapshot();
+  const after = backends ? ticksOfAll(await backends()) : undefined;
   const nodeUs = node.user + node.system;
   const othersUs =
     tree0 && tree1 ? Math.max(0, (tree1.mine - tree0.mine) * TICK_US - nodeUs) : undefined;
-  return { value, cpu: { nodeUs, othersUs } };
+  let backendsUs: number | undefined;
+  if (before && after && after.size > 0) {
+    let ticks = 0;
+    for (const [pid, t] of after) ticks += t - (before.get(pid) ?? 0);
+    backendsUs = ticks * TICK_US;
+  }
+  return { value, cpu: { nodeUs, othersUs, backendsUs } };
 }

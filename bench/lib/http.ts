@@ -10,23 +10,48 @@ const ROOT = path.resolve(__dirname, '../..');
 const APP = path.resolve(__dirname, '../http/app.ts');
 
 export type Adapter = 'express' | 'fastify';
+/** Which application process a workload runs on. */
+export type AppKind = 'postgres' | 'cache' | 'memory';
 export type HttpWorkload =
-  'undecorated' | 'fresh keys' | 'replay' | 'undecorated, cache process' | 'replay, cache on';
+  | 'undecorated'
+  | 'fresh keys'
+  | 'replay'
+  | 'undecorated, cache process'
+  | 'replay, cache on'
+  | 'undecorated, memory process'
+  | 'fresh keys, memory store'
+  | 'replay, memory store';
 /** `mixed`: replays of one key, with every tenth request a fresh key (a first execution). */
 export type LoadWorkload = HttpWorkload | 'mixed';
+
+interface WorkloadSpec {
+  app: AppKind;
+  request: 'plain' | 'fresh' | 'replay';
+}
+
 /**
- * The first three run on one application process (replay cache off); the last
- * two on a second process started with the cache on, whose own undecorated
- * figure is the baseline for its cached replays.
+ * Three application processes: the PostgreSQL store with the replay cache
+ * off; the same store with the cache on; the in-memory store (cache off, so
+ * its replays are uncached). Each process's own undecorated figure is the
+ * baseline of its other workloads.
  */
-export const HTTP_WORKLOADS: HttpWorkload[] = [
-  'undecorated',
-  'fresh keys',
-  'replay',
-  'undecorated, cache process',
-  'replay, cache on',
-];
-const ON_CACHE_PROCESS = new Set<HttpWorkload>(['undecorated, cache process', 'replay, cache on']);
+export const WORKLOADS: Record<HttpWorkload, WorkloadSpec> = {
+  undecorated: { app: 'postgres', request: 'plain' },
+  'fresh keys': { app: 'postgres', request: 'fresh' },
+  replay: { app: 'postgres', request: 'replay' },
+  'undecorated, cache process': { app: 'cache', request: 'plain' },
+  'replay, cache on': { app: 'cache', request: 'replay' },
+  'undecorated, memory process': { app: 'memory', request: 'plain' },
+  'fresh keys, memory store': { app: 'memory', request: 'fresh' },
+  'replay, memory store': { app: 'memory', request: 'replay' },
+};
+export const HTTP_WORKLOADS = Object.keys(WORKLOADS) as HttpWorkload[];
+
+/** The undecorated workload on the same process: the baseline of a ratio. */
+export function baselineOf(workload: HttpWorkload): HttpWorkload {
+  const app = WORKLOADS[workload].app;
+  return HTTP_WORKLOADS.find((w) => WORKLOADS[w].app === app && WORKLOADS[w].request === 'plain')!;
+}
 
 export interface AppProcess {
   url: string;
@@ -37,6 +62,8 @@ export interface AppProcess {
 
 export interface AppOptions {
   adapter: Adapter;
+  /** Default `postgres`: TypeOrmIdempotencyStore on `databaseUrl`; `memory`: InMemoryIdempotencyStore. */
+  store?: 'postgres' | 'memory';
   databaseUrl: string;
   schema: string;
   poolSize?: number;
@@ -53,12 +80,19 @@ export async function startApp(options: AppOptions): Promise<AppProcess> {
     env: {
       ...process.env,
       ADAPTER: options.adapter,
+      BENCH_STORE: options.store ?? 'postgres',
       DATABASE_URL: options.databaseUrl,
       BENCH_SCHEMA: options.schema,
       POOL_SIZE: String(options.poolSize ?? 32),
       BENCH_CACHE_MAX_ENTRIES: String(options.cacheMaxEntries ?? 0),
     },
-    execArgv: [...(options.exposeGc ? ['--expose-gc'] : []), '-r', '@swc-node/register'],
+    // BENCH_APP_NODE_ARGS: extra node flags for the application processes (e.g. --cpu-prof).
+    execArgv: [
+      ...(options.exposeGc ? ['--expose-gc'] : []),
+      ...(process.env.BENCH_APP_NODE_ARGS ?? '').split(' ').filter(Boolean),
+      '-r',
+      '@swc-node/register',
+    ],
   });
   const exited = once(child, 'exit').then(([code]) => {
     throw new Error(`the benchmark app exited with code ${code} before listening`);
@@ -130,19 +164,17 @@ function requestFor(workload: LoadWorkload, replayKey: string): autocannon.Reque
       headers: { ...req.headers, 'idempotency-key': nextKey() },
     }),
   });
-  switch (workload) {
-    case 'undecorated':
-    case 'undecorated, cache process':
+  if (workload === 'mixed') {
+    let sent = 0;
+    return withKeys(() => (sent++ % 10 === 0 ? randomUUID() : replayKey));
+  }
+  switch (WORKLOADS[workload].request) {
+    case 'plain':
       return { ...post, path: '/plain' };
     case 'replay':
-    case 'replay, cache on':
       return { ...post, headers: { ...post.headers, 'idempotency-key': replayKey } };
-    case 'fresh keys':
+    case 'fresh':
       return withKeys(() => randomUUID());
-    case 'mixed': {
-      let sent = 0;
-      return withKeys(() => (sent++ % 10 === 0 ? randomUUID() : replayKey));
-    }
   }
 }
 
@@ -183,8 +215,8 @@ export interface HttpRow {
   p50: number;
   p99: number;
   /**
-   * Req/s divided by the undecorated handler's req/s on the same process (for
-   * "replay, cache on": the cache process's own), round by round; the median.
+   * Req/s divided by the undecorated handler's req/s on the same process
+   * (`baselineOf`), round by round; the median.
    */
   ratio: number;
   /** The rounds' ratios. */
@@ -203,57 +235,64 @@ export interface HttpComparisonOptions {
   seconds: number;
   connections: number;
   cacheMaxEntries: number;
+  /** Workloads to run (default all); each needs its process's undecorated baseline, added if missing. */
+  workloads?: HttpWorkload[];
   log?: (line: string) => void;
 }
 
 /**
- * Two application processes (replay cache off, and on with `cacheMaxEntries`);
- * the workloads alternate within each round; medians and ratios to the
- * undecorated handler on the same process.
+ * Up to three application processes (PostgreSQL store with the replay cache
+ * off, and on with `cacheMaxEntries`; the in-memory store); the workloads
+ * alternate within each round; medians and ratios to the undecorated handler
+ * on the same process in the same round.
  */
 export async function compareHttp(options: HttpComparisonOptions): Promise<HttpRow[]> {
+  const wanted = new Set(options.workloads ?? HTTP_WORKLOADS);
+  for (const w of [...wanted]) wanted.add(baselineOf(w));
+  const workloads = HTTP_WORKLOADS.filter((w) => wanted.has(w));
+  const kinds = [...new Set(workloads.map((w) => WORKLOADS[w].app))];
   const common = {
     adapter: options.adapter,
     databaseUrl: options.databaseUrl,
     schema: options.schema,
   };
-  const plain = await startApp(common);
-  const cached = await startApp({ ...common, cacheMaxEntries: options.cacheMaxEntries }).catch(
-    async (error) => {
-      await plain.stop();
-      throw error;
-    },
-  );
+  const apps: Partial<Record<AppKind, AppProcess>> = {};
   try {
-    const replayKey = await completeReplayKey(plain.url);
-    const load = { connections: options.connections, seconds: options.seconds, replayKey };
-    const urlOf = (workload: HttpWorkload) =>
-      ON_CACHE_PROCESS.has(workload) ? cached.url : plain.url;
+    for (const kind of kinds) {
+      apps[kind] = await startApp({
+        ...common,
+        store: kind === 'memory' ? 'memory' : 'postgres',
+        cacheMaxEntries: kind === 'cache' ? options.cacheMaxEntries : 0,
+      });
+    }
+    // One completed key per process: the in-memory store's records live in its process.
+    const replayKeys: Partial<Record<AppKind, string>> = {};
+    for (const kind of kinds) replayKeys[kind] = await completeReplayKey(apps[kind]!.url);
+    const appOf = (w: HttpWorkload) => apps[WORKLOADS[w].app]!;
+    const loadOf = (w: HttpWorkload, seconds: number) => ({
+      connections: options.connections,
+      seconds,
+      replayKey: replayKeys[WORKLOADS[w].app]!,
+    });
     // Warm-up: JIT, pools and (for the cache process) the cache entry itself.
-    const warm = { ...load, seconds: Math.min(2, options.seconds) };
-    for (const workload of HTTP_WORKLOADS) await runLoad(urlOf(workload), workload, warm);
+    const warm = Math.min(2, options.seconds);
+    for (const w of workloads) await runLoad(appOf(w).url, w, loadOf(w, warm));
     const samples = await alternate(
       options.rounds,
       Object.fromEntries(
-        HTTP_WORKLOADS.map((workload) => [
-          workload,
-          () => runLoad(urlOf(workload), workload, load),
-        ]),
+        workloads.map((w) => [w, () => runLoad(appOf(w).url, w, loadOf(w, options.seconds))]),
       ),
       (round, name) =>
-        name === HTTP_WORKLOADS[0] &&
+        name === workloads[0] &&
         options.log?.(`${options.adapter}: round ${round + 1}/${options.rounds}`),
     );
-    const base = median(samples['undecorated'].map((s) => s.rps));
-    return HTTP_WORKLOADS.map((workload) => {
+    const base = median(samples[workloads[0]].map((s) => s.rps));
+    return workloads.map((workload) => {
       const s = samples[workload];
       const rps = median(s.map((x) => x.rps));
-      const baseline = ON_CACHE_PROCESS.has(workload)
-        ? 'undecorated, cache process'
-        : 'undecorated';
       const paired = pairedRatios(
         s.map((x) => x.rps),
-        samples[baseline].map((x) => x.rps),
+        samples[baselineOf(workload)].map((x) => x.rps),
       );
       return {
         adapter: options.adapter,
@@ -269,6 +308,6 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
       };
     });
   } finally {
-    await Promise.all([plain.stop(), cached.stop()]);
+    await Promise.all(Object.values(apps).map((app) => app.stop()));
   }
 }

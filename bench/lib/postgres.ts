@@ -32,9 +32,33 @@ export async function startServer(): Promise<BenchServer> {
   };
 }
 
-/** A TypeORM DataSource whose connections carry `applicationName` (see driver-count). */
-export function openDataSource(url: string, applicationName: string, max: number) {
-  return new DataSource({ type: 'postgres', url, applicationName, extra: { max } }).initialize();
+/**
+ * A TypeORM DataSource whose connections carry `applicationName` (see
+ * driver-count). `keepConnections`: pooled connections are never closed for
+ * being idle (pg's default closes them after 10 s), so alternating runs do not
+ * reconnect, and their backends' CPU can be followed (lib/cpu.ts).
+ */
+export function openDataSource(
+  url: string,
+  applicationName: string,
+  max: number,
+  keepConnections = false,
+) {
+  return new DataSource({
+    type: 'postgres',
+    url,
+    applicationName,
+    extra: { max, ...(keepConnections ? { idleTimeoutMillis: 0 } : {}) },
+  }).initialize();
+}
+
+/** PIDs of the server backends whose connections carry `applicationName`. */
+export async function backendPids(admin: DataSource, applicationName: string): Promise<number[]> {
+  const rows: { pid: number }[] = await admin.query(
+    'SELECT pid FROM pg_stat_activity WHERE application_name = $1',
+    [applicationName],
+  );
+  return rows.map((r) => Number(r.pid));
 }
 
 /** The `pg` Pool behind a TypeORM DataSource. */

@@ -1,14 +1,14 @@
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
-import { IdempotencyEngine, parseDuration } from 'nest-idempotency';
+import { encodeValue, IdempotencyEngine, parseDuration } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { queriesOf } from './driver-count';
 import { sleep, until } from './stats';
 
 export const WAKE_REQUEST = { lease: '30s', waitTimeout: '10s', ttl: '24h' } as const;
 /** WAKE_REQUEST's lease and ttl in milliseconds, for calls straight to the store. */
-export const LEASE_MS = parseDuration(WAKE_REQUEST.lease, 'lease', { allowZero: false });
-export const TTL_MS = parseDuration(WAKE_REQUEST.ttl, 'ttl', { allowZero: false });
+export const LEASE_MS = parseDuration(WAKE_REQUEST.lease, 'lease');
+export const TTL_MS = parseDuration(WAKE_REQUEST.ttl, 'ttl');
 
 export interface WakeTrial {
   /** From the clock's start to the waiting duplicate's answer. */
@@ -17,6 +17,8 @@ export interface WakeTrial {
   completeMs: number;
   /** Round trips the waiter's instance made for the duplicate. */
   waiterRoundTrips: number;
+  /** Whether the record was marked `watched` (by the waiter's own acquire), if checked. */
+  watched?: boolean;
 }
 
 /** Who holds the key and who waits: the waiter may be on the holder's instance or another. */
@@ -27,6 +29,12 @@ export interface WakeSetup {
   waiterEngine: IdempotencyEngine;
   waiterApp: string;
   waiterPool: Pool;
+  /**
+   * Reads the record's `watched` flag after the trial (through a connection that
+   * is not counted): the waiter must have marked it in its own acquire, or the
+   * holder's complete would not have notified.
+   */
+  watchedOf?: (scope: string, key: string) => Promise<boolean>;
 }
 
 /**
@@ -42,6 +50,7 @@ export async function wakeTrial(setup: WakeSetup, key: string): Promise<WakeTria
     leaseMs: LEASE_MS,
     waitTimeoutMs: 0,
     ttlMs: TTL_MS,
+    fingerprint: null,
   });
   if (held.kind !== 'acquired') throw new Error(`holder got ${held.kind}`);
   const queriesBefore = queriesOf(waiterApp);
@@ -62,7 +71,7 @@ export async function wakeTrial(setup: WakeSetup, key: string): Promise<WakeTria
   await sleep(2);
   const queriesParked = queriesOf(waiterApp);
   const t0 = performance.now();
-  await holderStore.complete(id, held.leaseId, { status: 201, body: { id: key } }, TTL_MS);
+  await holderStore.complete(held.lease, encodeValue({ status: 201, body: { id: key } }));
   const completedAt = performance.now();
   const outcome = await waiter;
   if (outcome.kind !== 'replayed') throw new Error(`waiter got ${outcome.kind}`);
@@ -74,6 +83,7 @@ export async function wakeTrial(setup: WakeSetup, key: string): Promise<WakeTria
     wakeMs: resolvedAt - t0,
     completeMs: completedAt - t0,
     waiterRoundTrips: waiterQueries - completeQueries,
+    watched: await setup.watchedOf?.(scope, key),
   };
 }
 
@@ -126,5 +136,6 @@ export async function wakeAfterActionTrial(
     wakeMs: waited.at - actionEndedAt,
     completeMs: holderDoneAt - actionEndedAt,
     waiterRoundTrips: queriesOf(waiterApp) - waiterQueriesBefore - completeQueries,
+    watched: await setup.watchedOf?.(scope, key),
   };
 }

@@ -11,12 +11,14 @@ import type {
   AcquireResult,
   IdempotencyRecordView,
   IdempotencyStore,
+  Lease,
   ListFilter,
   RecordId,
+  StoredPayload,
 } from 'nest-idempotency';
 import { IdempotencyEngine } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/statements';
+import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/postgres/statements';
 import { qualified } from '../../libs/idempotency/src/stores/typeorm/table';
 import { runPaced } from '../lib/paced';
 import { openDataSource } from '../lib/postgres';
@@ -47,14 +49,14 @@ class TimedStore implements IdempotencyStore {
     sink.push(performance.now() - t0);
     return result;
   }
-  complete(id: RecordId, leaseId: string, payload: unknown, ttlMs: number) {
-    return this.inner.complete(id, leaseId, payload, ttlMs);
+  complete(lease: Lease, payload: StoredPayload) {
+    return this.inner.complete(lease, payload);
   }
-  release(id: RecordId, leaseId: string) {
-    return this.inner.release(id, leaseId);
+  release(lease: Lease) {
+    return this.inner.release(lease);
   }
-  extend(id: RecordId, leaseId: string, leaseMs: number) {
-    return this.inner.extend(id, leaseId, leaseMs);
+  extend(lease: Lease) {
+    return this.inner.extend(lease);
   }
   purgeExpired(options?: { limit?: number }) {
     return this.inner.purgeExpired(options);
@@ -130,8 +132,8 @@ export async function scaleSection(ctx: BenchContext): Promise<SectionResult> {
       `INSERT INTO ${table} (id, scope, "key", state, expires_at, payload, created_at, completed_at)
        SELECT sha256(convert_to('fill-' || g, 'UTF8')), 'bench.fill', 'fill-' || g, 'COMPLETE',
          now() - g * ($2::double precision * interval '1 millisecond') + interval '48 hours',
-         jsonb_build_object('v', jsonb_build_object('status', 201,
-           'body', jsonb_build_object('id', 'fill-' || g, 'amount', 1250, 'currency', 'EUR'))),
+         convert_to('v' || jsonb_build_object('status', 201,
+           'body', jsonb_build_object('id', 'fill-' || g, 'amount', 1250, 'currency', 'EUR'))::text, 'UTF8'),
          now() - g * ($2::double precision * interval '1 millisecond'),
          now() - g * ($2::double precision * interval '1 millisecond')
        FROM generate_series(1, $1::int) g`,
@@ -206,8 +208,8 @@ export async function scaleSection(ctx: BenchContext): Promise<SectionResult> {
       `INSERT INTO ${table} (id, scope, "key", state, expires_at, payload, created_at, completed_at)
        SELECT sha256(convert_to('expired-' || g, 'UTF8')), 'bench.fill', 'expired-' || g, 'COMPLETE',
          now() - interval '1 hour' - g * ($2::double precision * interval '1 millisecond'),
-         jsonb_build_object('v', jsonb_build_object('status', 201,
-           'body', jsonb_build_object('id', 'expired-' || g, 'amount', 1250, 'currency', 'EUR'))),
+         convert_to('v' || jsonb_build_object('status', 201,
+           'body', jsonb_build_object('id', 'expired-' || g, 'amount', 1250, 'currency', 'EUR'))::text, 'UTF8'),
          now() - interval '25 hours' - g * ($2::double precision * interval '1 millisecond'),
          now() - interval '25 hours' - g * ($2::double precision * interval '1 millisecond')
        FROM generate_series(1, $1::int) g`,
@@ -279,9 +281,18 @@ export async function scaleSection(ctx: BenchContext): Promise<SectionResult> {
       await traffic('quiet', sleep(config.purgeQuietSeconds * 1000));
       ctx.log(`scale: purge window ${s + 1}/${config.purgeSegments}`);
       const started = performance.now();
-      const purging = filled.purgeExpired({ limit: perSegment }).then((purged) => {
+      // purgeExpired deletes one batch; like the module's scheduler and the CLI, loop
+      // until a batch comes back short (or this segment's share is done).
+      const purging = (async () => {
+        let purged = 0;
+        while (purged < perSegment) {
+          const batch = Math.min(BATCH, perSegment - purged);
+          const got = await filled.purgeExpired({ limit: batch });
+          purged += got;
+          if (got < batch) break;
+        }
         segments.push({ purged, seconds: (performance.now() - started) / 1000 });
-      });
+      })();
       await traffic('purge', purging);
     }
     const [{ remaining }] = await dataSource.query(
@@ -352,7 +363,7 @@ export async function scaleSection(ctx: BenchContext): Promise<SectionResult> {
       rows,
       method: [
         `Scale: two tables on one pool of ${config.pool}. The filled one gets ${n(N)} COMPLETE records in one \`INSERT … SELECT generate_series\` (id = PostgreSQL \`sha256()\` of a text, 32 bytes like the store's ids; created over the last ~22 h, expiring in 26–48 h; a JSON payload like the benchmark's), then \`VACUUM (ANALYZE)\` and \`CHECKPOINT\`. First executions through the engine (${config.concurrency} callers): ${config.warmupSeconds} s warm-up on each, then ${config.rounds} rounds of empty / filled, ${config.seconds} s each; medians.`,
-        `Purge: ${n(N)} more records inserted already expired (1–12 h ago), with autovacuum off on the table so its statistics remain those of the live table. One purge batch (the store's \`purgeBatch\` statement, 1,000 rows) is timed on those statistics, capped at ${config.staleCapSeconds} s by \`statement_timeout\`, then again after \`ANALYZE\`; autovacuum is then turned back on. The expired records are purged in ${config.purgeSegments} segments of \`purgeExpired({ limit: ${perSegment} })\` (the store's own 1,000-row batches); around each segment, a ${config.purgeQuietSeconds} s window without purge. In every window, first executions arrive at ${config.purgeTrafficRate}/s (open loop, new key each) on the same table; acquisition latency is the store's \`tryAcquire\` call as the engine makes it.`,
+        `Purge: ${n(N)} more records inserted already expired (1–12 h ago), with autovacuum off on the table so its statistics remain those of the live table. One purge batch (the store's \`purgeBatch\` statement, 1,000 rows) is timed on those statistics, capped at ${config.staleCapSeconds} s by \`statement_timeout\`, then again after \`ANALYZE\`; autovacuum is then turned back on. The expired records are purged in ${config.purgeSegments} segments of ${n(perSegment)} rows, each a loop of \`purgeExpired({ limit: ${BATCH} })\` (one batch per call) until a batch comes back short, as the module's scheduler and the CLI loop; around each segment, a ${config.purgeQuietSeconds} s window without purge. In every window, first executions arrive at ${config.purgeTrafficRate}/s (open loop, new key each) on the same table; acquisition latency is the store's \`tryAcquire\` call as the engine makes it.`,
       ],
       notes: scaleNotes({
         stale,

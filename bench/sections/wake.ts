@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { IdempotencyEngine } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { qualified, recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
 import { openDataSource, poolOf } from '../lib/postgres';
 import { fmtMs, fmtP50P99, fmtRange, percentile } from '../lib/stats';
 import { WakeTrial, wakeAfterActionTrial } from '../lib/wake';
@@ -30,7 +31,17 @@ export async function wakeSection(ctx: BenchContext): Promise<SectionResult> {
     await storeB.init();
     const engineA = new IdempotencyEngine(storeA, { logger: countingLogger });
     const engineB = new IdempotencyEngine(storeB, { logger: countingLogger });
+    const table = qualified(storeA.tableName);
+    // Read through the admin connections, which no trial counts.
+    const watchedOf = async (scope: string, key: string) => {
+      const rows: { watched: boolean }[] = await ctx.admin.query(
+        `SELECT watched FROM ${table} WHERE id = $1`,
+        [recordIdOf(scope, key)],
+      );
+      return rows[0]?.watched === true;
+    };
     const holder = {
+      watchedOf,
       scope: SCOPE,
       holderStore: storeA,
       holderApp: APP_A,
@@ -67,17 +78,22 @@ export async function wakeSection(ctx: BenchContext): Promise<SectionResult> {
       )}; waiter round trips ${fmtRange(
         xs.map((x) => x.waiterRoundTrips),
         0,
-      )}`,
+      )}; records marked watched by the waiter's acquire: ${xs.filter((x) => x.watched).length} of ${xs.length}`,
     });
+    const unwatched = [...trials.same, ...trials.other].filter((x) => !x.watched).length;
     return {
       rows: [
         row('Wake latency, duplicate on the holder’s instance', trials.same),
         row('Wake latency, duplicate on another instance (NOTIFY)', trials.other),
       ],
       method: [
-        `Wake latency: the holder runs an action of ${config.wakeActionMs} ms through \`IdempotencyEngine.execute\` on instance A; once the action has started, a duplicate calls \`execute\` (waitTimeout 10 s) through A, or through a second DataSource and store, B; it looks once and parks. The clock starts when the holder's action returns (the engine then sends \`complete\`, whose NOTIFY wakes the duplicate) and stops when the duplicate's \`execute()\` resolves with the replay. ${config.wakeTrials} trials per placement, alternating A and B, one at a time; percentiles are nearest-rank${config.wakeTrials < 100 ? ` (with n = ${config.wakeTrials}, p99 is the largest sample)` : ''}.`,
+        `Wake latency: the holder runs an action of ${config.wakeActionMs} ms through \`IdempotencyEngine.execute\` on instance A; once the action has started, a duplicate calls \`execute\` (waitTimeout 10 s) through A, or through a second DataSource and store, B; its look (acquire with watch = true) marks the record \`watched\`, and it parks. The clock starts when the holder's action returns (the engine then sends \`complete\`, which notifies because the record is watched, and the NOTIFY wakes the duplicate) and stops when the duplicate's \`execute()\` resolves with the replay. ${config.wakeTrials} trials per placement, alternating A and B, one at a time; percentiles are nearest-rank${config.wakeTrials < 100 ? ` (with n = ${config.wakeTrials}, p99 is the largest sample)` : ''}.`,
       ],
-      notes: [],
+      notes: unwatched
+        ? [
+            `**Wake:** ${unwatched} of ${trials.same.length + trials.other.length} records were not marked watched after their trial: the holder's complete then sends no NOTIFY and the duplicate waits for the poll (1 s) instead.`,
+          ]
+        : [],
     };
   } finally {
     await storeA.close().catch(() => undefined);
