@@ -14,6 +14,7 @@ import {
 import { IdempotencyModuleOptions } from './idempotency.options';
 import { compileModuleSettings, ModuleSettings } from './module-settings';
 import { MODULE_SETTINGS } from './module-settings.provider';
+import { IdempotencyOpenApiDocumenter } from './openapi/openapi-documenter';
 import { MessageIdempotency } from './rpc/message-adapter';
 
 /**
@@ -61,6 +62,7 @@ import { MessageIdempotency } from './rpc/message-adapter';
         ),
     },
     IdempotencyExplorer,
+    IdempotencyOpenApiDocumenter,
     IdempotencyPurgeScheduler,
   ],
   exports: [

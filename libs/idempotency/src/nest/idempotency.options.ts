@@ -53,6 +53,11 @@ export interface IdempotencyHttpOptions {
    * or a function of the code. Default `about:blank`.
    */
   problemTypes?: string | ((code: string) => string);
+  /**
+   * With `@nestjs/swagger` installed, document each idempotent route's key
+   * header and refusals in the OpenAPI document. Default true.
+   */
+  openapi?: boolean;
 }
 
 /**

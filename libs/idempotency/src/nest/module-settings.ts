@@ -28,6 +28,8 @@ export interface ModuleSettings {
   /** The problem document `type` for a refusal's code. */
   problemType: (code: string) => string;
   rmq: Required<IdempotencyRmqOptions>;
+  /** Document idempotent routes for `@nestjs/swagger`. */
+  openapi: boolean;
   purge: { intervalMs: number; batchSize: number } | false;
 }
 
@@ -67,6 +69,11 @@ export function compileModuleSettings(
       `${WHERE}: option "http.keyHeader" must be a header name, got ${JSON.stringify(http.keyHeader)}`,
     );
   }
+  if (http.openapi !== undefined && typeof http.openapi !== 'boolean') {
+    throw new IdempotencyConfigError(
+      `${WHERE}: option "http.openapi" must be true or false, got ${JSON.stringify(http.openapi)}`,
+    );
+  }
   return {
     options,
     store: options.store,
@@ -78,6 +85,7 @@ export function compileModuleSettings(
     replayHeaders: http.replayHeaders ?? [],
     problemType: compileProblemTypes(http.problemTypes),
     rmq: compileRmq(options.rmq, `${WHERE}: option "rmq`),
+    openapi: http.openapi ?? true,
     purge: compilePurge(options.purge),
   };
 }
