@@ -10,13 +10,14 @@ import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from './nest-metadata';
 
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
 export const RPC_ROOTS = ['data', 'message'] as const;
+export const GRAPHQL_ROOTS = ['args', 'headers', 'user'] as const;
 
 export type KeyResolver =
   | { kind: 'header' }
   | { kind: 'expression'; expression: CompiledKeyExpression }
   | { kind: 'function'; fn: (source: KeySource) => string | number | undefined };
 
-export type Transport = 'http' | 'rpc';
+export type Transport = 'http' | 'rpc' | 'graphql';
 
 /** Everything the interceptor needs for one handler, resolved and validated at bootstrap. */
 export interface HandlerPlan {
@@ -42,7 +43,14 @@ export interface HandlerPlan {
 export function transportOf(handler: object): Transport | undefined {
   if (Reflect.hasMetadata(NEST_METADATA.pattern, handler)) return 'rpc';
   if (Reflect.hasMetadata(NEST_METADATA.path, handler)) return 'http';
+  if (graphqlOperationOf(handler) === 'Mutation') return 'graphql';
   return undefined;
+}
+
+/** `Query`, `Mutation`, `Subscription`, a field's parent type, or undefined for a method that resolves nothing. */
+export function graphqlOperationOf(handler: object): string | undefined {
+  const type = Reflect.getMetadata(NEST_METADATA.graphqlResolver, handler) as unknown;
+  return typeof type === 'string' ? type : undefined;
 }
 
 /** The one precedence rule: method options over class options (field by field), then module defaults. */
@@ -94,7 +102,7 @@ export function compileHandlerPlan(
     // Observing never makes a caller wait.
     policy: observe ? { ...policy, waitTimeoutMs: 0 } : policy,
     observe,
-    required: options.required ?? (transport === 'http' ? settings.required : true),
+    required: options.required ?? (transport === 'rpc' ? true : settings.required),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, transport, where),
   };
@@ -112,6 +120,10 @@ export function compileHandlerPlan(
     if (options.rmq !== undefined) {
       throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
     }
+  } else if (transport === 'graphql') {
+    if (options.rmq !== undefined) {
+      throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
+    }
   } else {
     plan.isEvent = Reflect.getMetadata(NEST_METADATA.patternHandler, handler) === EVENT_HANDLER;
     plan.rmq = compileRmq(options.rmq, `${where}: option "rmq`, settings.rmq);
@@ -124,6 +136,12 @@ export function compileHandlerPlan(
   return plan;
 }
 
+const ROOTS: Record<Transport, readonly string[]> = {
+  http: HTTP_ROOTS,
+  rpc: RPC_ROOTS,
+  graphql: GRAPHQL_ROOTS,
+};
+
 function compileKey(
   key: IdempotentOptions['key'],
   transport: Transport,
@@ -134,7 +152,7 @@ function compileKey(
   if (typeof key === 'string') {
     return {
       kind: 'expression',
-      expression: compileKeyExpression(key, transport === 'http' ? HTTP_ROOTS : RPC_ROOTS, where),
+      expression: compileKeyExpression(key, ROOTS[transport], where),
     };
   }
   throw new IdempotencyConfigError(
@@ -147,7 +165,7 @@ function compileFingerprint(
   transport: Transport,
   where: string,
 ): HandlerPlan['fingerprint'] {
-  if (option === undefined) return transport === 'http' ? 'default' : false;
+  if (option === undefined) return transport === 'rpc' ? false : 'default';
   if (option === false) return false;
   if (option === true) {
     if (transport === 'rpc') {

@@ -1,11 +1,18 @@
 import { Inject, Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModulesContainer, Reflector } from '@nestjs/core';
 import { IdempotencyConfigError } from '../core/errors';
-import { compileHandlerPlan, HandlerPlan, mergeOptions, transportOf } from './handler-plan';
+import {
+  compileHandlerPlan,
+  graphqlOperationOf,
+  HandlerPlan,
+  mergeOptions,
+  transportOf,
+} from './handler-plan';
 import { IdempotentMetadata } from './idempotent.metadata';
 import { MODULE_SETTINGS } from './module-settings.provider';
 import type { ModuleSettings } from './module-settings';
 import { NEST_METADATA } from './nest-metadata';
+import { requireGraphql } from './graphql/graphql-errors';
 import { preserveKafkaBytes } from './rpc/kafka-bytes';
 
 type ClassRef = { name: string; prototype: object };
@@ -16,8 +23,9 @@ type ClassRef = { name: string; prototype: object };
  * naming `Class.method`; then prepares the store.
  *
  * Refused at bootstrap: the module configured twice, `@Idempotent` on
- * anything that is not a controller's route or message handler (a service, a
- * WebSocket gateway, a resolver), and two handlers sharing one scope.
+ * anything that is not a controller's route or message handler or a
+ * resolver's `@Mutation()` (a service, a WebSocket gateway, a query), and two
+ * handlers sharing one scope.
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown {
@@ -36,22 +44,30 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   async onModuleInit(): Promise<void> {
     this.refuseSecondModule();
     const scopes = new Map<string, string>();
-    for (const wrapper of this.discovery.getControllers()) {
-      const classRef = wrapper.metatype as ClassRef | undefined;
-      if (!classRef || !wrapper.instance) continue;
-      for (const plan of this.compileController(classRef)) {
+    const claim = (plans: HandlerPlan[], classRef: ClassRef) => {
+      for (const plan of plans) {
         const other = scopes.get(plan.policy.scope);
         if (other !== undefined) {
           throw new IdempotencyConfigError(
-            `${other} and ${plan.where} would share the idempotency scope "${plan.policy.scope}", so one could replay the other's response; give each its own: @Idempotent({ scope: '…' })${other === plan.where ? ` (two controllers are named ${classRef.name}${describeRoute(classRef)})` : ''}`,
+            `${other} and ${plan.where} would share the idempotency scope "${plan.policy.scope}", so one could replay the other's response; give each its own: @Idempotent({ scope: '…' })${other === plan.where ? ` (two classes are named ${classRef.name}${describeRoute(classRef)})` : ''}`,
           );
         }
         scopes.set(plan.policy.scope, plan.where);
       }
+    };
+    for (const wrapper of this.discovery.getControllers()) {
+      const classRef = wrapper.metatype as ClassRef | undefined;
+      if (!classRef || !wrapper.instance) continue;
+      claim(this.compileController(classRef), classRef);
     }
     for (const wrapper of this.discovery.getProviders()) {
       const classRef = wrapper.metatype as ClassRef | undefined;
-      if (typeof classRef === 'function' && wrapper.instance) this.refuseProvider(classRef);
+      if (typeof classRef !== 'function' || !wrapper.instance) continue;
+      if (Reflect.hasMetadata(NEST_METADATA.graphqlResolver, classRef)) {
+        claim(this.compileResolver(classRef), classRef);
+      } else {
+        this.refuseProvider(classRef);
+      }
     }
     // Message handlers: @nestjs/microservices is loaded now (a missing package fails the
     // bootstrap), and Kafka keys keep their bytes.
@@ -100,7 +116,39 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     return out;
   }
 
-  /** A provider (service, gateway, resolver) is never intercepted: `@Idempotent` there would be ignored. */
+  /**
+   * A GraphQL resolver: its `@Mutation()` methods (all of them under a
+   * class-level `@Idempotent`); on a query, a subscription or a field
+   * resolver it is refused.
+   */
+  private compileResolver(classRef: ClassRef): HandlerPlan[] {
+    const onClass = this.reflector.get(IdempotentMetadata, classRef as never);
+    const out: HandlerPlan[] = [];
+    for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
+      const handler = (classRef.prototype as Record<string, object>)[methodName];
+      const onMethod = this.reflector.get(IdempotentMetadata, handler as never);
+      const operation = graphqlOperationOf(handler);
+      if (operation !== 'Mutation') {
+        if (onMethod) {
+          throw new IdempotencyConfigError(
+            `${classRef.name}.${methodName}: @Idempotent applies to a GraphQL @Mutation(), and this method ${operation === undefined ? 'resolves nothing' : `resolves a ${operation === 'Query' || operation === 'Subscription' ? operation.toLowerCase() : `field of ${operation}`}`}; put it on the mutation`,
+          );
+        }
+        continue;
+      }
+      const options = mergeOptions(onClass, onMethod);
+      if (!options) continue;
+      const plan = compileHandlerPlan(classRef, methodName, 'graphql', options, this.settings);
+      requireGraphql();
+      let plans = this.plans.get(classRef);
+      if (!plans) this.plans.set(classRef, (plans = new Map()));
+      plans.set(handler, plan);
+      out.push(plan);
+    }
+    return out;
+  }
+
+  /** A provider (service, gateway) is never intercepted: `@Idempotent` there would be ignored. */
   private refuseProvider(classRef: ClassRef): void {
     const kind = describeProvider(classRef);
     if (this.reflector.get(IdempotentMetadata, classRef as never)) {
@@ -139,7 +187,6 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
 
 function describeProvider(classRef: ClassRef): string {
   if (Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef)) return 'a WebSocket gateway';
-  if (Reflect.hasMetadata(NEST_METADATA.graphqlResolver, classRef)) return 'a GraphQL resolver';
   return 'a provider (a service)';
 }
 

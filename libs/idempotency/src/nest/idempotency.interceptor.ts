@@ -8,6 +8,7 @@ import {
 } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { IdempotencyConfigError } from '../core/errors';
+import { GraphqlIdempotency } from './graphql/graphql-adapter';
 import { HttpIdempotency } from './http/http-adapter';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { MessageIdempotency } from './rpc/message-adapter';
@@ -18,7 +19,7 @@ const seen = new WeakSet<ExecutionContext>();
  * Applied by `@Idempotent()` itself, to the handler it decorates, so it runs
  * whatever the application's global configuration (a hybrid application's
  * microservice included). It only dispatches: the HTTP adapter and the
- * message adapter own the key, the stored result and the refusals.
+ * message adapter (and the GraphQL one) own the key, the stored result and the refusals.
  */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
@@ -26,10 +27,11 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     @Optional() private readonly explorer?: IdempotencyExplorer,
     @Optional() private readonly http?: HttpIdempotency,
     @Optional() private readonly messages?: MessageIdempotency,
+    @Optional() private readonly graphql?: GraphqlIdempotency,
   ) {}
 
   onModuleInit(): void {
-    if (!this.explorer || !this.http || !this.messages) {
+    if (!this.explorer || !this.http || !this.messages || !this.graphql) {
       throw new IdempotencyConfigError(
         '@Idempotent is used but IdempotencyModule is not configured: add IdempotencyModule.forRoot({ store }) (or forRootAsync) to the root module',
       );
@@ -42,11 +44,13 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     // hands both the same context for one call, and only the first one acts.
     if (!plan || seen.has(context)) return next.handle();
     seen.add(context);
-    switch (context.getType()) {
+    switch (context.getType<string>()) {
       case 'http':
         return this.http!.handle(context, next, plan);
       case 'rpc':
         return this.messages!.handle(context, next, plan);
+      case 'graphql':
+        return this.graphql!.handle(context, next, plan);
       default:
         // A transport this library does not protect (it refuses such handlers at bootstrap).
         return next.handle();

@@ -4,6 +4,7 @@ import { IdempotencyEngine } from '../core/engine';
 import { IdempotencyStore } from '../core/store';
 import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
 import { instrumentIdempotencyEngine, TracingIdempotencyStore } from '../telemetry/opentelemetry';
+import { GraphqlIdempotency } from './graphql/graphql-adapter';
 import { HttpIdempotency } from './http/http-adapter';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
@@ -61,6 +62,16 @@ import { MessageIdempotency } from './rpc/message-adapter';
           settings.options.logger ?? new Logger('Idempotency'),
         ),
     },
+    {
+      provide: GraphqlIdempotency,
+      inject: [IdempotencyEngine, MODULE_SETTINGS],
+      useFactory: (engine: IdempotencyEngine, settings: ModuleSettings) =>
+        new GraphqlIdempotency(
+          engine,
+          settings,
+          settings.options.logger ?? new Logger('Idempotency'),
+        ),
+    },
     IdempotencyExplorer,
     IdempotencyOpenApiDocumenter,
     IdempotencyPurgeScheduler,
@@ -71,6 +82,7 @@ import { MessageIdempotency } from './rpc/message-adapter';
     IdempotencyExplorer,
     HttpIdempotency,
     MessageIdempotency,
+    GraphqlIdempotency,
     IdempotencyPurgeScheduler,
     IDEMPOTENCY_MODULE_OPTIONS,
     MODULE_SETTINGS,

@@ -29,14 +29,28 @@ export interface RpcKeySource {
   context: ExecutionContext;
 }
 
-export type KeySource = HttpKeySource | RpcKeySource;
+/** The read-only view a key function (or expression) sees for a GraphQL mutation. */
+export interface GraphqlKeySource {
+  type: 'graphql';
+  /** The mutation's arguments, before pipes run. */
+  args: Record<string, unknown>;
+  /** The HTTP request's headers. */
+  headers: Record<string, unknown>;
+  user: unknown;
+  /** The mutation field, e.g. `createPayment`. */
+  fieldName: string;
+  context: ExecutionContext;
+}
+
+export type KeySource = HttpKeySource | RpcKeySource | GraphqlKeySource;
 
 export interface IdempotentOptions {
   /**
    * Where the key comes from: a function, or an expression over the read-only
    * roots (`body`, `params`, `query`, `headers`, `user` for HTTP; `data`,
-   * `message` for messages), e.g. `'data.orderId'` or `'order:{body.customerId}:{body.orderId}'`.
-   * HTTP default: the `Idempotency-Key` header.
+   * `message` for messages; `args`, `headers`, `user` for GraphQL mutations),
+   * e.g. `'data.orderId'` or `'order:{body.customerId}:{body.orderId}'`.
+   * HTTP and GraphQL default: the `Idempotency-Key` header.
    */
   key?: string | ((source: KeySource) => string | number | undefined);
   /** Record namespace. Default `ClassName.methodName` (refused at bootstrap if two handlers would share it). */
@@ -46,7 +60,8 @@ export interface IdempotentOptions {
   ttl?: Duration;
   /**
    * HTTP default true: SHA-256 of the method, the concrete path, the canonical
-   * query and the body. `false`, or your own function.
+   * query and the body; GraphQL: of the mutation's name and arguments.
+   * `false`, or your own function.
    */
   fingerprint?: boolean | ((source: KeySource) => string | undefined);
   /** Whether a missing key is an error (default) or runs the handler without idempotency. */
@@ -65,8 +80,8 @@ export type IdempotencyMode = 'enforce' | 'observe';
 
 /**
  * Runs the decorated handler (or every handler of the decorated class) once
- * per key: an HTTP route or a message handler (`@MessagePattern`,
- * `@EventPattern`). Options on a method override those on its class, which
+ * per key: an HTTP route, a message handler (`@MessagePattern`,
+ * `@EventPattern`) or a GraphQL `@Mutation()`. Options on a method override those on its class, which
  * override the module's defaults. The interceptor travels with the handler,
  * so it applies however the application is assembled (a hybrid application's
  * microservice included); anything else it is put on fails the bootstrap.

@@ -19,6 +19,7 @@ import type { StoredRpcResult } from '../idempotency.options';
 import type { RpcKeySource } from '../idempotent.decorator';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
+import { toPlain } from '../plain-value';
 import { messageView } from './message-view';
 import { microservices } from './microservices';
 import { settleDelivery } from './rmq-settlement';
@@ -281,28 +282,4 @@ export class MessageIdempotency {
     settleDelivery(context, plan.rmq!, 'rejected');
     throw rpcExceptions().rejected(code, message);
   }
-}
-
-let classTransformer: { instanceToPlain(value: unknown): unknown } | null | undefined;
-
-function isClassInstance(value: unknown): boolean {
-  if (value === null || typeof value !== 'object') return false;
-  const prototype = Object.getPrototypeOf(value);
-  return prototype !== Object.prototype && prototype !== null && !Array.isArray(value);
-}
-
-function toPlain(value: unknown): unknown {
-  const classes = Array.isArray(value) ? value.some(isClassInstance) : isClassInstance(value);
-  if (!classes) return value;
-  if (classTransformer === undefined) {
-    try {
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      classTransformer = require('class-transformer') as {
-        instanceToPlain(value: unknown): unknown;
-      };
-    } catch {
-      classTransformer = null;
-    }
-  }
-  return classTransformer ? classTransformer.instanceToPlain(value) : value;
 }

@@ -1,0 +1,58 @@
+import { IdempotencyConfigError } from '../../core/errors';
+
+type GraphQL = typeof import('graphql');
+
+let loaded: GraphQL | undefined;
+
+/** `graphql`, loaded when the first mutation needs it: only GraphQL applications install it. */
+function graphql(): GraphQL {
+  if (!loaded) {
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      loaded = require('graphql') as GraphQL;
+    } catch (error) {
+      throw new IdempotencyConfigError(
+        `@Idempotent GraphQL mutations need the graphql package, which could not be loaded: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+  }
+  return loaded;
+}
+
+/** The stable `extensions.code` of each refusal. */
+export const GRAPHQL_CODES = {
+  'idempotency-key-missing': 'IDEMPOTENCY_KEY_MISSING',
+  'idempotency-key-invalid': 'IDEMPOTENCY_KEY_INVALID',
+  'idempotency-in-flight': 'IDEMPOTENCY_IN_FLIGHT',
+  'idempotency-key-reused': 'IDEMPOTENCY_KEY_REUSED',
+  'idempotency-store-unavailable': 'IDEMPOTENCY_STORE_UNAVAILABLE',
+  'idempotency-completion-failed': 'IDEMPOTENCY_COMPLETION_FAILED',
+  'idempotency-result-not-storable': 'IDEMPOTENCY_RESULT_NOT_STORABLE',
+} as const;
+
+export type RefusalCode = keyof typeof GRAPHQL_CODES;
+
+/**
+ * A refusal as a GraphQL error: `extensions.code` (e.g. `IDEMPOTENCY_IN_FLIGHT`)
+ * and, where a retry can succeed, `extensions.retryAfterMs`.
+ */
+export function graphqlRefusal(code: RefusalCode, message: string, retryAfterMs?: number): Error {
+  const { GraphQLError } = graphql();
+  return new GraphQLError(message, {
+    extensions: {
+      code: GRAPHQL_CODES[code],
+      ...(retryAfterMs === undefined ? {} : { retryAfterMs: Math.max(1, Math.ceil(retryAfterMs)) }),
+    },
+  });
+}
+
+/** True for an error `graphqlRefusal` made. */
+export function isGraphqlRefusal(error: unknown): boolean {
+  return loaded !== undefined && error instanceof loaded.GraphQLError;
+}
+
+/** Fails the bootstrap when the package is missing, rather than the first mutation. */
+export function requireGraphql(): void {
+  graphql();
+}
