@@ -124,6 +124,47 @@ describe('demo application', () => {
     }
   });
 
+  it('with DEMO_METRICS=prometheus: serves the outcome counter, by scope and outcome, at /metrics', async () => {
+    const admin = new Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    const database = `demo_${randomBytes(4).toString('hex')}`;
+    await admin.query(`CREATE DATABASE ${database}`);
+    const url = new URL(testDatabaseUrl());
+    url.pathname = `/${database}`;
+    const port = await freePort();
+    try {
+      const demo = await startDemo({
+        DATABASE_URL: url.toString(),
+        AMQP_URL: undefined,
+        DEMO_METRICS: 'prometheus',
+        DEMO_METRICS_PORT: String(port),
+      });
+      expect(demo.output()).toContain(
+        `metrics (OpenTelemetry) served at http://127.0.0.1:${port}/metrics`,
+      );
+      const key = randomUUID();
+      await pay(demo.url, key);
+      await pay(demo.url, key);
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      const outcomes = text.split('\n').filter((line) => line.startsWith('idempotency_outcomes'));
+      expect(outcomes).toEqual(
+        expect.arrayContaining([
+          expect.stringMatching(
+            /idempotency_scope="PaymentsController\.create",idempotency_outcome="executed".*\} 1( |$)/,
+          ),
+          expect.stringMatching(
+            /idempotency_scope="PaymentsController\.create",idempotency_outcome="replayed".*\} 1( |$)/,
+          ),
+        ]),
+      );
+      expect(text).not.toContain(key);
+      expect(await stopDemo(demo)).toBe(0);
+    } finally {
+      await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+      await admin.end();
+    }
+  });
+
   it.runIf(process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available')(
     'as a hybrid application (HTTP and RabbitMQ, no inheritAppConfig): one message published three times writes one row',
     async () => {

@@ -8,8 +8,11 @@ import { PaymentsController } from './payments/payments.controller';
 
 @Module({})
 export class AppModule {
-  /** `withConsumer`: also register the RabbitMQ handler (only when AMQP_URL is set). */
-  static register(options: { withConsumer: boolean }): DynamicModule {
+  /**
+   * `withConsumer`: also register the RabbitMQ handler (only when AMQP_URL is set).
+   * `telemetry`: the library's OpenTelemetry metrics and spans (DEMO_METRICS).
+   */
+  static register(options: { withConsumer: boolean; telemetry?: boolean }): DynamicModule {
     return {
       module: AppModule,
       imports: [
@@ -27,6 +30,7 @@ export class AppModule {
             // The consumer acks its own work (noAck: false, see main.ts): the library then
             // acks replays, requeues in-flight twins after a delay and dead-letters bad deliveries.
             rmq: { noAck: false },
+            telemetry: options.telemetry ?? false,
           }),
         }),
       ],

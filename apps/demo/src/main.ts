@@ -6,6 +6,7 @@ import { IdempotencyEngine } from 'nest-idempotency';
 import path from 'node:path';
 import { EmbeddedServer, startEmbeddedPostgres } from '../../../tools/embedded-postgres';
 import { AppModule } from './app.module';
+import { startDemoMetrics } from './metrics';
 
 const logger = new Logger('Demo');
 
@@ -26,13 +27,22 @@ async function main(): Promise<void> {
     logger.log('using DATABASE_URL');
   }
 
+  // Before the application: the module's telemetry uses the global meter provider.
+  const demoMetrics = await startDemoMetrics(process.env.DEMO_METRICS);
+  if (demoMetrics) logger.log(`metrics (OpenTelemetry) ${demoMetrics.description}`);
+  else logger.log('metrics off (set DEMO_METRICS=console or DEMO_METRICS=prometheus)');
+
   const amqpUrl = process.env.AMQP_URL;
-  const app = await NestFactory.create(AppModule.register({ withConsumer: Boolean(amqpUrl) }));
+  const app = await NestFactory.create(
+    AppModule.register({ withConsumer: Boolean(amqpUrl), telemetry: Boolean(demoMetrics) }),
+  );
   // What the library did with each request or message, by key digest (never the key).
   const events = new Logger('Idempotency');
   app
     .get(IdempotencyEngine)
-    .onEvent((event) => events.log(`${event.type} ${"keyDigest" in event ? event.keyDigest : event.scope}`));
+    .onEvent((event) =>
+      events.log(`${event.type} ${'keyDigest' in event ? event.keyDigest : event.scope}`),
+    );
   if (amqpUrl) {
     // A hybrid application, without inheritAppConfig: @Idempotent brings its own
     // interceptor, so the message handler is protected all the same.
@@ -72,6 +82,7 @@ and only one row is written:
     stopping = true;
     logger.log(`${signal}: shutting down`);
     await app.close();
+    await demoMetrics?.shutdown();
     // Ctrl-C in a terminal also reaches the server itself, which may already be stopping.
     await embedded?.stop().catch(() => undefined);
     process.exit(0);
