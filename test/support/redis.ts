@@ -1,10 +1,10 @@
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createClient, createCluster } from 'redis';
+import { createClient, createCluster, RedisClientType, RedisClusterType } from 'redis';
 import type { IdempotencyStore } from 'nest-idempotency';
 import type { ContractHarness } from 'nest-idempotency/testing';
 // Relative until tsconfig and Vitest map `nest-idempotency/redis` (see docs/redis.md).
 import {
-  RedisIdempotencyClient,
   RedisIdempotencyStore,
   RedisIdempotencyStoreOptions,
 } from '../../libs/idempotency/src/redis';
@@ -47,6 +47,30 @@ export async function probeRedis(url = redisUrl()): Promise<Probe> {
 }
 
 /**
+ * `probeRedis`, answered before any test is registered (a test file cannot
+ * await at its top level here): a child Node process connects with the
+ * same client and PINGs.
+ */
+export function probeRedisSync(url = redisUrl()): Probe {
+  const code = `
+    const { createClient } = require('redis');
+    const client = createClient({ url: process.env.PROBE_URL, socket: { connectTimeout: 2000, reconnectStrategy: false } });
+    client.on('error', () => undefined);
+    client.connect().then(() => client.ping()).then(
+      () => { client.destroy(); process.exit(0); },
+      (error) => { console.error(error && error.message ? error.message : String(error)); process.exit(1); },
+    );`;
+  const probe = spawnSync(process.execPath, ['-e', code], {
+    env: { ...process.env, PROBE_URL: url },
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
+  if (probe.status === 0) return { available: true };
+  const reason = (probe.stderr || probe.error?.message || `exit ${probe.status}`).trim();
+  return { available: false, reason: reason.split('\n').pop() ?? reason };
+}
+
+/**
  * `describe` when the probe succeeded; otherwise a skipped block, with a
  * warning saying why and how to start Redis, or (IDEMPOTENCY_TEST_REQUIRE_REDIS=1)
  * a failing test.
@@ -74,36 +98,42 @@ export function scratchPrefix(name: string): string {
   return `idem-test:${name}:${randomBytes(4).toString('hex')}:`;
 }
 
-export type AnyRedisClient = ReturnType<typeof createClient> | ReturnType<typeof createCluster>;
+export type StandaloneClient = RedisClientType;
+export type ClusterClient = RedisClusterType;
+export type AnyRedisClient = StandaloneClient | ClusterClient;
 
+/**
+ * A connected standalone client. node-redis 6 speaks RESP3 unless told
+ * otherwise; `resp: 2` gives the protocol of node-redis 5 and older servers.
+ */
 export async function connectStandalone(
   url = redisUrl(),
-): Promise<ReturnType<typeof createClient>> {
-  const client = createClient({ url });
+  options: { resp?: 2 | 3 } = {},
+): Promise<StandaloneClient> {
+  const client = createClient({ url, RESP: options.resp ?? 3 }) as unknown as StandaloneClient;
   client.on('error', () => undefined);
   await client.connect();
   return client;
 }
 
-export async function connectCluster(ports: number[]): Promise<ReturnType<typeof createCluster>> {
-  const cluster = createCluster({
+export async function connectCluster(ports: number[]): Promise<ClusterClient> {
+  const client: ClusterClient = createCluster({
     rootNodes: ports.map((port) => ({ url: `redis://127.0.0.1:${port}` })),
   });
-  cluster.on('error', () => undefined);
-  await cluster.connect();
-  return cluster;
+  client.on('error', () => undefined);
+  await client.connect();
+  return client;
 }
 
+export const isClusterClient = (client: AnyRedisClient): client is ClusterClient =>
+  'masters' in client;
+
 /** One node client per master (the client itself when standalone). */
-export async function mastersOf(
-  client: AnyRedisClient,
-): Promise<Array<ReturnType<typeof createClient>>> {
-  if ('masters' in client) {
-    return (await Promise.all(client.masters.map((m) => client.nodeClient(m)))) as Array<
-      ReturnType<typeof createClient>
-    >;
-  }
-  return [client];
+export async function mastersOf(client: AnyRedisClient): Promise<StandaloneClient[]> {
+  if (!isClusterClient(client)) return [client];
+  const nodes: StandaloneClient[] = [];
+  for (const master of client.masters) nodes.push(await client.nodeClient(master));
+  return nodes;
 }
 
 /** Every key matching `pattern`, on every master (SCAN). */
@@ -197,12 +227,12 @@ export async function redisHarness(options: {
 }): Promise<ContractHarness> {
   const { client, otherClient, prefix } = options;
   const wrap = options.wrap ?? ((store) => store);
-  const store = new RedisIdempotencyStore(client as RedisIdempotencyClient, {
+  const store = new RedisIdempotencyStore(client, {
     logger: quiet,
     ...options.storeOptions,
     keyPrefix: prefix,
   });
-  const other = new RedisIdempotencyStore(otherClient as RedisIdempotencyClient, {
+  const other = new RedisIdempotencyStore(otherClient, {
     logger: quiet,
     ...options.storeOptions,
     keyPrefix: prefix,
@@ -212,6 +242,7 @@ export async function redisHarness(options: {
     store: wrap(store),
     other: wrap(other),
     clock: 'store',
+    expiry: 'backend',
     snapshot: (scope) => snapshotScope(client, store, scope),
     close: async () => {
       await deletePrefix(client, prefix);

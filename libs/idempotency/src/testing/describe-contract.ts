@@ -23,6 +23,8 @@ export interface DescribeContractOptions {
    * here because tests are registered before the harness exists). Default `store`.
    */
   clock?: 'store' | 'process';
+  /** Who removes expired records (as `ContractHarness.expiry`). Default `purge`. */
+  expiry?: 'purge' | 'backend';
   /** Per-scenario timeout. Default 60 s (the wake-up race over 10,000 iterations takes a while). */
   timeoutMs?: number;
 }
@@ -62,7 +64,10 @@ export function describeIdempotencyStoreContract(
       if (harness.other && harness.other !== harness.store) await harness.other.close?.();
       await harness.close?.();
     }, timeout);
-    const declared = { clock: options.clock ?? 'store' } as unknown as ContractHarness;
+    const declared = {
+      clock: options.clock ?? 'store',
+      expiry: options.expiry ?? 'purge',
+    } as unknown as ContractHarness;
     const applicable = STORE_CONTRACT.filter((s) => !s.notApplicable?.(declared));
     for (const group of [...new Set(applicable.map((s) => s.group))]) {
       runner.describe(group, () => {
@@ -74,6 +79,11 @@ export function describeIdempotencyStoreContract(
               if ((made.clock ?? 'store') !== declared.clock) {
                 throw new Error(
                   `the harness says clock: '${made.clock}'; pass the same to describeIdempotencyStoreContract's options`,
+                );
+              }
+              if ((made.expiry ?? 'purge') !== declared.expiry) {
+                throw new Error(
+                  `the harness says expiry: '${made.expiry}'; pass the same to describeIdempotencyStoreContract's options`,
                 );
               }
               await scenario.run(scenarioContext(made, scale, scenario.id));

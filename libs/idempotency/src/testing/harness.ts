@@ -26,6 +26,12 @@ export interface ContractHarness {
    * way), `process` for an in-process store.
    */
   clock?: 'store' | 'process';
+  /**
+   * Who removes expired records: `purge` (the default) when `purgeExpired`
+   * deletes them, `backend` when the backend expires them itself (Redis key
+   * expiry), so `purgeExpired` has nothing to delete.
+   */
+  expiry?: 'purge' | 'backend';
   /** Largest payload the store was configured to accept (the kit checks one byte more is refused). Default 1 MiB. */
   maxPayloadBytes?: number;
   /** Called once after the catalogue. */

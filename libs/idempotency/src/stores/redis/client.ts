@@ -43,7 +43,8 @@ export interface RedisStandaloneSubscriber extends Evented {
 /** What a Cluster client (`createCluster()`) offers. */
 export interface RedisClusterClient extends Evented {
   readonly isOpen: boolean;
-  readonly isReady: boolean;
+  /** node-redis 6; absent in 5. */
+  readonly isReady?: boolean;
   readonly masters: ReadonlyArray<object>;
   sendCommand(
     firstKey: RedisArgument | undefined,
@@ -51,7 +52,12 @@ export interface RedisClusterClient extends Evented {
     args: ReadonlyArray<RedisArgument>,
     options?: RedisCommandOptions,
   ): Promise<unknown>;
-  nodeClient(node: never): Promise<Pick<RedisStandaloneClient, 'sendCommand'>>;
+  /** A promise in node-redis 6, the client itself in 5. */
+  nodeClient(
+    node: never,
+  ):
+    | Pick<RedisStandaloneClient, 'sendCommand'>
+    | Promise<Pick<RedisStandaloneClient, 'sendCommand'>>;
   duplicate(overrides?: { minimizeConnections?: boolean }): RedisClusterSubscriber;
 }
 
@@ -164,7 +170,8 @@ export class RedisCommands {
   }
 
   private timeoutMessage(operation: string, timeoutMs: number): string {
-    const state = this.client.isReady ? '' : ' (the client is not connected: it is reconnecting)';
+    const state =
+      this.client.isReady === false ? ' (the client is not connected: it is reconnecting)' : '';
     return `Redis did not answer ${operation} within ${timeoutMs} ms${state}`;
   }
 

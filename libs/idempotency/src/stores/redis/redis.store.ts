@@ -110,6 +110,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     if (options.waitForReplicas) {
       const { replicas, timeoutMs } = options.waitForReplicas;
       positive('waitForReplicas.replicas', replicas, 1);
+      if (!Number.isInteger(replicas)) {
+        throw new IdempotencyConfigError(
+          `RedisIdempotencyStore: waitForReplicas.replicas must be a whole number, got ${replicas}`,
+        );
+      }
       positive('waitForReplicas.timeoutMs', timeoutMs, 1);
       this.replicas = { replicas, timeoutMs };
     }
