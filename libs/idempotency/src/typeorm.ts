@@ -1,6 +1,7 @@
 /**
- * `nest-idempotency/typeorm`: the PostgreSQL store through a TypeORM
- * DataSource, and its migrations. Needs `typeorm` and `pg`.
+ * `nest-idempotency/typeorm`: the store through a TypeORM DataSource, and
+ * its migrations. Needs `typeorm`, and `pg` for PostgreSQL or `mysql2` for
+ * MySQL and MariaDB.
  */
 export { TypeOrmIdempotencyStore } from './stores/typeorm/typeorm.store';
 export type { TypeOrmIdempotencyStoreOptions } from './stores/typeorm/typeorm.store';
@@ -9,4 +10,6 @@ export {
   createIdempotencyMigrations,
 } from './stores/typeorm/migration';
 export { createTableSql, schemaSql, upgradeTableSql } from './stores/typeorm/postgres/schema';
+export { mysqlSchemaSql } from './stores/typeorm/mysql/schema';
+export type { MysqlTableName } from './stores/typeorm/mysql/sql';
 export type { TableName } from './stores/typeorm/table';

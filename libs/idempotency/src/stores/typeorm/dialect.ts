@@ -1,0 +1,100 @@
+import type { DataSource } from 'typeorm';
+import type { ObservedRecord } from '../../core/decide';
+import type { IdempotencyLogger } from '../../core/logger';
+import type {
+  AcquireRequest,
+  IdempotencyRecordView,
+  Lease,
+  ListFilter,
+  StoredPayload,
+} from '../../core/store';
+import type { WaiterRegistry } from '../../core/waiters';
+import type { TableName } from './table';
+
+/**
+ * What the TypeORM store asks of a database: one implementation per SQL
+ * dialect (./postgres/dialect.ts, ./mysql/dialect.ts), each holding its own
+ * statements, schema, query path, error mapping and wake-up mechanism. The
+ * store itself (./typeorm.store.ts) keeps what every dialect shares: hashing
+ * the record id, handing out leases, the wait loop, payload limits and the
+ * lease-lost errors.
+ */
+export interface Dialect {
+  /** The product, for messages ("PostgreSQL", "MariaDB", "MySQL"). */
+  readonly product: string;
+  /** The table, as resolved so far (a MySQL database name may be known only after `prepare`). */
+  readonly tableName: TableName;
+  /**
+   * Checks (and with `ensureSchema` first creates) the table and sets up
+   * whatever wakes waiting duplicates. Throws `IdempotencyStoreSchemaError`
+   * for a missing or misshapen table.
+   */
+  prepare(ensureSchema: boolean): Promise<void>;
+  /** Stops waking and releases what `prepare` opened; waiters are woken to look once more. */
+  close(): Promise<void>;
+  /** Starts one `tryAcquire`: the looks of the wait loop, and its end. */
+  beginAcquire(
+    record: RecordRef,
+    request: AcquireRequest,
+    leaseId: string,
+  ): Promise<AcquireAttempt>;
+  /** The longest a waiting duplicate sleeps before looking again without a wake-up. */
+  pollMs(): number;
+  /** Each: false when the record is not IN_PROGRESS under `lease.leaseId`. */
+  complete(lease: SqlLease, payload: StoredPayload): Promise<boolean>;
+  release(lease: SqlLease): Promise<boolean>;
+  extend(lease: SqlLease): Promise<boolean>;
+  /** One bounded batch; how many rows it deleted. */
+  purge(limit: number): Promise<number>;
+  /** How many rows `purge` would delete now, at most `limit` (null: no bound), locking nothing. */
+  countExpired(limit: number | null): Promise<number>;
+  find(record: RecordRef): Promise<IdempotencyRecordView | null>;
+  list(filter: ListFilter): Promise<IdempotencyRecordView[]>;
+}
+
+/** A record's identity as the store computed it once: the hashed id, and what logs may show. */
+export interface RecordRef {
+  /** SHA-256 of (scope, key): the primary key. */
+  readonly id: Buffer;
+  readonly idHex: string;
+  readonly scope: string;
+  readonly key: string;
+  /** `scope/#digest`: what a log shows instead of the key. */
+  readonly digest: string;
+}
+
+/** The lease every SQL dialect hands out: the record id, hashed once at acquisition. */
+export interface SqlLease extends Lease {
+  readonly id: Buffer;
+  readonly idHex: string;
+}
+
+/** What one atomic look found; the store turns `acquired` into the lease. */
+export type LookResult =
+  | { kind: 'acquired' }
+  | { kind: 'record'; record: ObservedRecord }
+  /** The record changed under the look: look again (see ../../core/wait-loop.ts). */
+  | { kind: 'changed' };
+
+/** One `tryAcquire` as a dialect runs it. */
+export interface AcquireAttempt {
+  /** One atomic look: insert, steal, or report what is there. `watch`: the caller waits if it is in flight. */
+  look(watch: boolean): Promise<LookResult>;
+  /** The attempt is over, whatever its outcome. */
+  end(): void;
+}
+
+/** What a dialect is built with: the store's DataSource and its resolved options. */
+export interface DialectContext {
+  readonly dataSource: DataSource;
+  /** As given: a dialect applies its own defaults (PostgreSQL `public`, MySQL the connection's database). */
+  readonly schema: string | undefined;
+  readonly table: string;
+  readonly timeoutMs: number;
+  readonly pollIntervalMs: number;
+  readonly preparedStatements: boolean;
+  readonly maxPayloadBytes: number;
+  readonly logger: IdempotencyLogger;
+  /** The store's waiters: a dialect wakes them (NOTIFY, or in process and by polling). */
+  readonly waiters: WaiterRegistry;
+}

@@ -1,0 +1,436 @@
+import {
+  IdempotencyStoreSchemaError,
+  IdempotencyStoreUnavailableError,
+} from '../../../core/errors';
+import type {
+  AcquireRequest,
+  IdempotencyRecordView,
+  ListFilter,
+  RecordState,
+  StoredPayload,
+} from '../../../core/store';
+import type {
+  AcquireAttempt,
+  Dialect,
+  DialectContext,
+  LookResult,
+  RecordRef,
+  SqlLease,
+} from '../dialect';
+import type { TableName } from '../table';
+import { matchedRows, MysqlOk, mysqlStoreQuery } from './query';
+import {
+  assertMysqlTableShape,
+  MYSQL_COLUMNS_QUERY,
+  MYSQL_ENGINE_QUERY,
+  MYSQL_PRIMARY_KEY_QUERY,
+  MysqlColumnRow,
+  mysqlCreateDatabaseSql,
+  mysqlCreateTableSql,
+} from './schema';
+import { bind, Statement } from './sql';
+import { buildMysqlStatements, MysqlStatements } from './statements';
+import { isLockConflict, isMysqlUnavailable } from './unavailable';
+import { WakePoller, WakeWatch } from './wake-poller';
+
+/** Default for `crossInstancePollMs`: the longest gap between two checks of a waited-on record. */
+export const DEFAULT_CROSS_INSTANCE_POLL_MS = 32;
+
+/** The acquire statement's insert id: what it did. */
+const INSERTED = 3;
+const STOLEN = 2;
+
+/** Numbers come back from mysql2 as numbers or, for BIGINT and DECIMAL, as strings. */
+type Numeric = number | string | null;
+
+interface LookRow {
+  mine: Numeric;
+  state: RecordState;
+  fingerprint: string | null;
+  lease_id: string | null;
+  payload: Buffer | null;
+  completed_at_us: Numeric;
+  lease_left_us: Numeric;
+  expires_left_us: Numeric;
+}
+
+interface ViewRow {
+  scope: string;
+  key: string;
+  state: RecordState;
+  fingerprint: string | null;
+  payload: Buffer | null;
+  lease_expires_at_us: Numeric;
+  expires_at_us: Numeric;
+  created_at_us: Numeric;
+  completed_at_us: Numeric;
+  lease_expired: Numeric;
+}
+
+interface ServerRow {
+  version: string;
+  db: string | null;
+  max_packet: Numeric;
+}
+
+/**
+ * MySQL and MariaDB through the mysql2 pool under a `mysql` or `mariadb`
+ * DataSource.
+ *
+ * - Acquisition is one `INSERT … ON DUPLICATE KEY UPDATE` whose assignments
+ *   steal only a stealable row. A `mariadb` DataSource on MariaDB 10.5+ reads
+ *   the row back in the same statement (RETURNING); otherwise the insert id
+ *   says what happened and a second statement reads the row only when it was
+ *   left alone (a replay, or a record in flight).
+ * - Waiting duplicates on this instance are woken in process by complete and
+ *   release; those on other instances by ./wake-poller.ts.
+ */
+export class MysqlDialect implements Dialect {
+  private productName: string;
+  private database: string | undefined;
+  private statements?: MysqlStatements;
+  private poller?: WakePoller;
+  private readonly crossInstancePollMs: number;
+
+  constructor(
+    private readonly context: DialectContext,
+    private readonly type: 'mysql' | 'mariadb',
+    crossInstancePollMs = DEFAULT_CROSS_INSTANCE_POLL_MS,
+  ) {
+    this.productName = type === 'mariadb' ? 'MariaDB' : 'MySQL';
+    // Until `prepare` asks the server: the database the DataSource names, if any.
+    this.database =
+      context.schema ?? (context.dataSource.driver as { database?: string }).database ?? undefined;
+    this.crossInstancePollMs = crossInstancePollMs;
+  }
+
+  get product(): string {
+    return this.productName;
+  }
+
+  get tableName(): TableName {
+    return { schema: this.database ?? '', table: this.context.table };
+  }
+
+  /** True when acquisitions read the row back in the same statement (RETURNING). */
+  get returning(): boolean {
+    return this.sql.readBack === undefined;
+  }
+
+  async prepare(ensureSchema: boolean): Promise<void> {
+    const { context } = this;
+    const [server] = await this.query<ServerRow[]>(
+      'server check',
+      plain('SELECT VERSION() AS version, DATABASE() AS db, @@max_allowed_packet AS max_packet'),
+      [],
+    );
+    const mariadb = /mariadb/i.test(server.version);
+    this.productName = mariadb ? 'MariaDB' : 'MySQL';
+    const database = context.schema ?? server.db ?? undefined;
+    if (!database) {
+      throw new IdempotencyStoreSchemaError(
+        `TypeOrmIdempotencyStore: the ${this.productName} connection has no database; set one in the DataSource or pass { schema } (the database of the records table)`,
+      );
+    }
+    this.database = database;
+    const name = { schema: database, table: context.table };
+    // RETURNING where TypeORM itself uses it: a `mariadb` DataSource on MariaDB 10.5 or later.
+    const returning = this.type === 'mariadb' && mariadb && atLeast(server.version, [10, 5]);
+    this.statements = buildMysqlStatements(name, { returning });
+    if (ensureSchema) {
+      // CREATE … IF NOT EXISTS is atomic under the server's metadata lock: instances
+      // that start together need no lock of their own.
+      if (context.schema) await this.ddl(mysqlCreateDatabaseSql(context.schema));
+      for (const sql of mysqlCreateTableSql(name)) await this.ddl(sql);
+    }
+    const where = [database, context.table];
+    const columns = await this.query<MysqlColumnRow[]>(
+      'schema check',
+      plain(MYSQL_COLUMNS_QUERY),
+      where,
+    );
+    const primaryKey = await this.query<Array<{ column_name: string }>>(
+      'schema check',
+      plain(MYSQL_PRIMARY_KEY_QUERY),
+      where,
+    );
+    const [engine] = await this.query<Array<{ engine: string | null }>>(
+      'schema check',
+      plain(MYSQL_ENGINE_QUERY),
+      where,
+    );
+    assertMysqlTableShape(
+      `${database}.${context.table}`,
+      columns,
+      primaryKey.map((row) => row.column_name),
+      engine?.engine ?? null,
+    );
+    // A statement larger than max_allowed_packet fails and takes its connection with it:
+    // refuse at startup a payload limit the server would refuse at the first large result.
+    const packet = Number(server.max_packet);
+    const needed = context.maxPayloadBytes * (context.preparedStatements ? 1 : 2) + 64 * 1024;
+    if (packet > 0 && needed > packet) {
+      throw new IdempotencyStoreSchemaError(
+        `TypeOrmIdempotencyStore: maxPayloadBytes ${context.maxPayloadBytes} needs statements of up to ${needed} bytes, but ${this.productName}'s max_allowed_packet is ${packet}; raise max_allowed_packet or lower maxPayloadBytes`,
+      );
+    }
+    this.poller?.close();
+    this.poller = new WakePoller(
+      (ids) => this.pollLeases(ids),
+      context.waiters,
+      context.logger,
+      this.crossInstancePollMs,
+    );
+  }
+
+  async close(): Promise<void> {
+    this.poller?.close();
+    this.poller = undefined;
+  }
+
+  pollMs(): number {
+    return this.context.pollIntervalMs;
+  }
+
+  async beginAcquire(
+    record: RecordRef,
+    request: AcquireRequest,
+    leaseId: string,
+  ): Promise<AcquireAttempt> {
+    const watch =
+      request.waitTimeoutMs > 0 ? this.poller?.watch(record.id, record.idHex) : undefined;
+    const values = {
+      id: record.id,
+      scope: record.scope,
+      key: record.key,
+      lease: leaseId,
+      leaseMs: request.leaseMs,
+      ttlMs: request.ttlMs,
+      fingerprint: request.fingerprint,
+    };
+    const logged = {
+      ...values,
+      id: record.idHex,
+      key: record.digest,
+    };
+    return {
+      end: () => watch?.dispose(),
+      look: async (watching) => {
+        try {
+          return await this.look(values, logged, watching ? watch : undefined);
+        } catch (error) {
+          // Two acquirers deadlocked on the same new row: InnoDB rolled one back. Look again.
+          if (isLockConflict(error)) return { kind: 'changed' };
+          throw error;
+        }
+      },
+    };
+  }
+
+  private async look(
+    values: Record<string, unknown>,
+    logged: Record<string, unknown>,
+    watch: WakeWatch | undefined,
+  ): Promise<LookResult> {
+    const sql = this.sql;
+    let row: LookRow | undefined;
+    if (!sql.readBack) {
+      [row] = await this.query<LookRow[]>('acquire', sql.acquire, values, logged);
+    } else {
+      const ok = await this.query<MysqlOk>('acquire', sql.acquire, values, logged);
+      const marker = Number(ok.insertId);
+      if (marker === INSERTED || marker === STOLEN) return { kind: 'acquired' };
+      [row] = await this.query<LookRow[]>('acquire (read back)', sql.readBack, values, logged);
+    }
+    // Gone between the two statements (released, purged): look again.
+    if (!row) return { kind: 'changed' };
+    if (Number(row.mine) === 1) return { kind: 'acquired' };
+    const leaseLeftMs = micros(row.lease_left_us) / 1000;
+    const expiresLeftMs = micros(row.expires_left_us) / 1000;
+    // Stealable, yet not stolen: it changed between the statements. Look again.
+    if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) {
+      return { kind: 'changed' };
+    }
+    if (row.state === 'IN_PROGRESS' && row.lease_id) watch?.observe(row.lease_id);
+    return {
+      kind: 'record',
+      record: {
+        state: row.state,
+        fingerprint: row.fingerprint,
+        leaseLeftMs: row.state === 'IN_PROGRESS' ? leaseLeftMs : 0,
+        expiresLeftMs,
+        payload: row.payload,
+        completedAt: dateOf(row.completed_at_us),
+      },
+    };
+  }
+
+  async complete(lease: SqlLease, payload: StoredPayload): Promise<boolean> {
+    const { id, idHex, leaseId, ttlMs } = lease;
+    const ok = await this.query<MysqlOk>(
+      'complete',
+      this.sql.complete,
+      { id, lease: leaseId, payload, ttlMs },
+      { id: idHex, lease: leaseId, payload: `<${payload.length} bytes>`, ttlMs },
+    );
+    if (ok.affectedRows === 0) return false;
+    this.context.waiters.notify(idHex);
+    return true;
+  }
+
+  async release(lease: SqlLease): Promise<boolean> {
+    const { id, idHex, leaseId } = lease;
+    const ok = await this.query<MysqlOk>(
+      'release',
+      this.sql.release,
+      { id, lease: leaseId },
+      { id: idHex, lease: leaseId },
+    );
+    if (ok.affectedRows === 0) return false;
+    this.context.waiters.notify(idHex);
+    return true;
+  }
+
+  async extend(lease: SqlLease): Promise<boolean> {
+    const { id, idHex, leaseId, leaseMs } = lease;
+    const ok = await this.query<MysqlOk>(
+      'extend',
+      this.sql.extend,
+      { id, lease: leaseId, leaseMs },
+      { id: idHex, lease: leaseId, leaseMs },
+    );
+    return matchedRows(ok) > 0;
+  }
+
+  async purge(limit: number): Promise<number> {
+    const ok = await this.query<MysqlOk>('purge', this.sql.purge, { limit });
+    return ok.affectedRows;
+  }
+
+  async countExpired(limit: number | null): Promise<number> {
+    const [row] = await this.query<Array<{ expired: Numeric }>>(
+      'count expired',
+      this.sql.countExpired,
+      { limit: limit ?? Number.MAX_SAFE_INTEGER },
+    );
+    return Number(row.expired);
+  }
+
+  async find(record: RecordRef): Promise<IdempotencyRecordView | null> {
+    const rows = await this.query<ViewRow[]>(
+      'find',
+      this.sql.find,
+      { id: record.id },
+      { id: record.idHex },
+    );
+    return rows.length > 0 ? toView(rows[0]) : null;
+  }
+
+  async list(filter: ListFilter): Promise<IdempotencyRecordView[]> {
+    const rows = await this.query<ViewRow[]>('list', this.sql.list, {
+      scope: filter.scope ?? null,
+      state: filter.state ?? null,
+      limit: filter.limit ?? 100,
+    });
+    return rows.map(toView);
+  }
+
+  private get sql(): MysqlStatements {
+    if (!this.statements) throw new Error('MysqlDialect used before prepare()');
+    return this.statements;
+  }
+
+  private async pollLeases(ids: Buffer[]): Promise<Array<{ id: Buffer; lease_id: string | null }>> {
+    return this.query(
+      'wake-up poll',
+      this.sql.poll,
+      { ids },
+      {
+        ids: ids.map((id) => id.toString('hex')),
+      },
+    );
+  }
+
+  private ddl(text: string): Promise<unknown> {
+    return this.query('ensureSchema', plain(text), []);
+  }
+
+  /** `values` by name for a built statement, or in order for a `plain` one. */
+  private async query<T>(
+    operation: string,
+    statement: Statement,
+    values: Record<string, unknown> | unknown[],
+    logged: Record<string, unknown> | unknown[] = values,
+  ): Promise<T> {
+    const positional = (given: Record<string, unknown> | unknown[]) =>
+      Array.isArray(given) ? given : bind(statement, given);
+    try {
+      return await mysqlStoreQuery<T>(
+        this.context.dataSource,
+        this.context.timeoutMs,
+        this.productName,
+        {
+          operation,
+          text: statement.text,
+          values: positional(values),
+          logged: positional(logged),
+          prepared: statement.hot && this.context.preparedStatements,
+        },
+      );
+    } catch (error) {
+      if (error instanceof IdempotencyStoreUnavailableError) throw error;
+      if (isMysqlUnavailable(error)) {
+        throw new IdempotencyStoreUnavailableError(
+          `${this.productName} is unavailable during ${operation}: ${describe(error)}`,
+          1000,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+}
+
+/** A statement whose `?` are bound in order (the catalog queries and DDL). */
+function plain(text: string): Statement {
+  return { text, names: [], hot: false };
+}
+
+function micros(value: Numeric): number {
+  return value === null ? 0 : Number(value);
+}
+
+function dateOf(us: Numeric): Date | null {
+  return us === null ? null : new Date(Math.floor(Number(us) / 1000));
+}
+
+function toView(row: ViewRow): IdempotencyRecordView {
+  const view: IdempotencyRecordView = {
+    scope: row.scope,
+    key: row.key,
+    state: row.state,
+    leaseExpiresAt: dateOf(row.lease_expires_at_us),
+    leaseExpired: Number(row.lease_expired) === 1,
+    expiresAt: dateOf(row.expires_at_us)!,
+    createdAt: dateOf(row.created_at_us)!,
+    completedAt: dateOf(row.completed_at_us),
+    fingerprint: row.fingerprint,
+  };
+  if (row.state === 'COMPLETE' && row.payload) view.payload = row.payload;
+  return view;
+}
+
+function atLeast(version: string, wanted: [number, number]): boolean {
+  const [major = 0, minor = 0] = (/(\d+)\.(\d+)/.exec(version) ?? []).slice(1).map(Number);
+  return major > wanted[0] || (major === wanted[0] && minor >= wanted[1]);
+}
+
+/** An error's message, or for an AggregateError (every address refused) its parts'. */
+function describe(error: unknown): string {
+  if (error instanceof AggregateError && !error.message) {
+    return error.errors.map((part) => describe(part)).join('; ');
+  }
+  if (error instanceof Error)
+    return error.message || (error as { code?: string }).code || error.name;
+  return String(error);
+}

@@ -1,0 +1,130 @@
+import {
+  epochMicros,
+  microsLeft,
+  MysqlTableName,
+  mysqlQualified,
+  NOW,
+  nowPlusMs,
+  statement,
+  Statement,
+} from './sql';
+
+/**
+ * Every statement the MySQL/MariaDB store sends. Each is one round trip
+ * (autocommit: no transaction is opened around any of them), and every time
+ * comparison uses the server's UTC_TIMESTAMP(6), which a statement evaluates
+ * once, so every part of a statement sees the same instant.
+ */
+export interface MysqlStatements {
+  /**
+   * Insert, else steal, else leave the row as it is: one
+   * `INSERT … ON DUPLICATE KEY UPDATE`. With RETURNING (MariaDB 10.5+), it
+   * also hands back the row as it now stands; without (MySQL), it reports in
+   * the OK packet's insert id what it did (3 inserted, 2 stole, 1 left the row
+   * alone), and `readBack` fetches the row only when it was left alone.
+   */
+  acquire: Statement;
+  /** Undefined when `acquire` returns the row itself. */
+  readBack?: Statement;
+  complete: Statement;
+  release: Statement;
+  extend: Statement;
+  purge: Statement;
+  countExpired: Statement;
+  find: Statement;
+  list: Statement;
+  /** The current lease of the records duplicates wait on (./wake-poller.ts); `{ids}` is a list. */
+  poll: Statement;
+}
+
+/** ../../../core/decide.ts isStealable, in SQL, on the row as it was. */
+const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW}) OR (state = 'COMPLETE' AND expires_at <= ${NOW}))`;
+/** ../../../core/decide.ts isPurgeable: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
+const PURGEABLE = `(expires_at <= ${NOW} AND (state = 'COMPLETE' OR lease_expires_at <= ${NOW}))`;
+
+/** What a look reads: whether this caller holds the record, and what a waiter or a replay needs. */
+const LOOK_COLUMNS = `(lease_id <=> {lease}) AS mine, state, fingerprint, lease_id,
+  CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
+  ${epochMicros('completed_at')} AS completed_at_us,
+  ${microsLeft('lease_expires_at')} AS lease_left_us,
+  ${microsLeft('expires_at')} AS expires_left_us`;
+
+const VIEW_COLUMNS = `scope, \`key\`, state, fingerprint,
+  CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
+  ${epochMicros('lease_expires_at')} AS lease_expires_at_us,
+  ${epochMicros('expires_at')} AS expires_at_us,
+  ${epochMicros('created_at')} AS created_at_us,
+  ${epochMicros('completed_at')} AS completed_at_us,
+  (state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW}) AS lease_expired`;
+
+export function buildMysqlStatements(
+  name: MysqlTableName,
+  options: { returning: boolean },
+): MysqlStatements {
+  const t = mysqlQualified(name);
+  // The insert's values are evaluated for every call, the insert id marker among
+  // them (3); on a duplicate key the update clause runs instead and sets 2 or 1.
+  const insertedMarker = options.returning
+    ? `'IN_PROGRESS'`
+    : `IF(LAST_INSERT_ID(3), 'IN_PROGRESS', 'IN_PROGRESS')`;
+  // The update clause assigns left to right, each assignment seeing the ones before:
+  // lease_id first, decided on the row as it was; every other column then follows
+  // whether lease_id is now this caller's (a fresh UUID: equal only after a steal).
+  // A live record keeps every value, so a replay or an in-flight look writes nothing.
+  const stolen = `lease_id <=> {lease}`;
+  const stateAssignment = options.returning
+    ? `IF(${stolen}, 'IN_PROGRESS', state)`
+    : `IF(LAST_INSERT_ID(IF(${stolen}, 2, 1)) = 2, 'IN_PROGRESS', state)`;
+  const acquire = `
+    INSERT INTO ${t} (id, scope, \`key\`, state, lease_id, lease_expires_at, expires_at, fingerprint, created_at)
+    VALUES ({id}, {scope}, {key}, ${insertedMarker}, {lease}, ${nowPlusMs('leaseMs')}, ${nowPlusMs('ttlMs')}, {fingerprint}, ${NOW})
+    ON DUPLICATE KEY UPDATE
+      lease_id = IF(${STEALABLE}, {lease}, lease_id),
+      state = ${stateAssignment},
+      lease_expires_at = IF(${stolen}, ${nowPlusMs('leaseMs')}, lease_expires_at),
+      expires_at = IF(${stolen}, ${nowPlusMs('ttlMs')}, expires_at),
+      fingerprint = IF(${stolen}, {fingerprint}, fingerprint),
+      payload = IF(${stolen}, NULL, payload),
+      created_at = IF(${stolen}, ${NOW}, created_at),
+      completed_at = IF(${stolen}, NULL, completed_at)`;
+  return {
+    acquire: statement(
+      options.returning ? `${acquire}\n    RETURNING ${LOOK_COLUMNS}` : acquire,
+      true,
+    ),
+    readBack: options.returning
+      ? undefined
+      : statement(`SELECT ${LOOK_COLUMNS} FROM ${t} WHERE id = {id}`, true),
+    complete: statement(
+      `UPDATE ${t} SET state = 'COMPLETE', payload = {payload}, completed_at = ${NOW},
+        expires_at = ${nowPlusMs('ttlMs')}, lease_id = NULL, lease_expires_at = NULL
+      WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    release: statement(
+      `DELETE FROM ${t} WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    extend: statement(
+      `UPDATE ${t} SET lease_expires_at = ${nowPlusMs('leaseMs')}
+      WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    // One bounded batch, oldest expiry first along the expires_at index (whose entries
+    // end in the id, so the order is total and statement-based replication deterministic);
+    // the rule is evaluated per row under its lock, so a record extended meanwhile stays.
+    purge: statement(`DELETE FROM ${t} WHERE ${PURGEABLE} ORDER BY expires_at, id LIMIT {limit}`),
+    // A plain consistent read: no row lock, no write, so a dry run moves nothing.
+    countExpired: statement(
+      `SELECT COUNT(*) AS expired FROM (SELECT 1 FROM ${t} WHERE ${PURGEABLE} LIMIT {limit}) AS due`,
+    ),
+    find: statement(`SELECT ${VIEW_COLUMNS} FROM ${t} WHERE id = {id}`),
+    list: statement(
+      `SELECT ${VIEW_COLUMNS} FROM ${t}
+      WHERE ({scope} IS NULL OR scope = {scope}) AND ({state} IS NULL OR state = {state})
+      ORDER BY created_at DESC
+      LIMIT {limit}`,
+    ),
+    poll: statement(`SELECT id, lease_id FROM ${t} WHERE id IN ({ids})`),
+  };
+}
