@@ -18,6 +18,8 @@ type Write = ServerResponse['write'];
 type End = ServerResponse['end'];
 type Callback = (error?: Error | null) => void;
 
+const AS_FINISHED: Outgoing = { kind: 'as-finished' };
+
 /**
  * Holds back what Express or Fastify write to the Node response until
  * `decide` has seen it: both adapters end a response with `writeHead` (Fastify)
@@ -26,32 +28,46 @@ type Callback = (error?: Error | null) => void;
  * time (storing the result); nothing reaches the socket until it answers.
  *
  * `release()` puts the response's own methods back, before or after it ended.
+ *
+ * The methods are put back by assignment, never `delete`: deleting own
+ * properties turns the response into a dictionary-mode object, which slows
+ * every later property access Node and the framework make on it.
  */
 export class HeldResponse {
-  private readonly originals: { writeHead: WriteHead; write: Write; end: End };
-  private head?: { status: number; headers: OutgoingHttpHeaders };
-  private readonly chunks: Buffer[] = [];
-  private callbacks: Callback[] = [];
+  private readonly writeHead: WriteHead;
+  private readonly write: Write;
+  private readonly end: End;
+  private status = 0;
+  private headHeaders: OutgoingHttpHeaders | undefined = undefined;
+  private held = false;
+  /** The body as written: usually one chunk (a string or bytes), sometimes several. */
+  private first: string | Buffer | undefined = undefined;
+  private firstEncoding: BufferEncoding = 'utf8';
+  private rest: Buffer[] | undefined = undefined;
+  private callbacks: Callback[] | undefined = undefined;
   private released = false;
 
   constructor(
     private readonly res: ServerResponse,
     private readonly decide: (finished: FinishedResponse) => Promise<Outgoing>,
   ) {
-    this.originals = { writeHead: res.writeHead, write: res.write, end: res.end };
-    // Own properties shadow the prototype's methods for this one response.
-    res.writeHead = ((status: number, ...rest: unknown[]) => {
-      this.head = { status, headers: headersOf(rest) };
+    // Whatever is there now (the prototype's methods, or another wrapper's) is put back later.
+    this.writeHead = res.writeHead;
+    this.write = res.write;
+    this.end = res.end;
+    res.writeHead = ((status: number, a?: unknown, b?: unknown) => {
+      this.held = true;
+      this.status = status;
+      this.headHeaders = headersOf(a, b);
       return res;
     }) as WriteHead;
-    res.write = ((chunk: unknown, ...rest: unknown[]) => {
-      this.collect(chunk, rest);
+    res.write = ((chunk: unknown, a?: unknown, b?: unknown) => {
+      this.collect(chunk, a, b);
       return true;
     }) as Write;
-    res.end = ((...args: unknown[]) => {
-      const chunk = typeof args[0] === 'function' ? undefined : args[0];
-      this.collect(chunk, args.slice(1));
-      if (typeof args[0] === 'function') this.callbacks.push(args[0] as Callback);
+    res.end = ((a?: unknown, b?: unknown, c?: unknown) => {
+      if (typeof a === 'function') this.addCallback(a as Callback);
+      else this.collect(a, b, c);
       this.restore();
       void this.flush();
       return res;
@@ -63,63 +79,111 @@ export class HeldResponse {
     this.restore();
   }
 
-  private collect(chunk: unknown, rest: unknown[]): void {
-    const encoding = typeof rest[0] === 'string' ? (rest[0] as BufferEncoding) : 'utf8';
-    for (const arg of rest) if (typeof arg === 'function') this.callbacks.push(arg as Callback);
+  private addCallback(callback: Callback): void {
+    (this.callbacks ??= []).push(callback);
+  }
+
+  private collect(chunk: unknown, a: unknown, b: unknown): void {
+    const encoding = typeof a === 'string' ? (a as BufferEncoding) : 'utf8';
+    if (typeof a === 'function') this.addCallback(a as Callback);
+    if (typeof b === 'function') this.addCallback(b as Callback);
     if (chunk === undefined || chunk === null) return;
-    if (typeof chunk === 'string') this.chunks.push(Buffer.from(chunk, encoding));
-    else if (chunk instanceof Uint8Array) this.chunks.push(Buffer.from(chunk));
+    let piece: string | Buffer;
+    if (typeof chunk === 'string') piece = chunk;
+    else if (Buffer.isBuffer(chunk)) piece = chunk;
+    else if (chunk instanceof Uint8Array)
+      piece = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    else return;
+    if (this.first === undefined && this.rest === undefined) {
+      this.first = piece;
+      this.firstEncoding = encoding;
+      return;
+    }
+    const rest = (this.rest ??= []);
+    if (this.first !== undefined) {
+      rest.push(toBuffer(this.first, this.firstEncoding));
+      this.first = undefined;
+    }
+    rest.push(toBuffer(piece, encoding));
   }
 
   private restore(): void {
     if (this.released) return;
     this.released = true;
-    const res = this.res as unknown as Record<string, unknown>;
-    delete res.writeHead;
-    delete res.write;
-    delete res.end;
-    // Own methods set before ours (another wrapper) are put back as they were.
-    if (this.res.writeHead !== this.originals.writeHead)
-      this.res.writeHead = this.originals.writeHead;
-    if (this.res.write !== this.originals.write) this.res.write = this.originals.write;
-    if (this.res.end !== this.originals.end) this.res.end = this.originals.end;
+    const res = this.res;
+    res.writeHead = this.writeHead;
+    res.write = this.write;
+    res.end = this.end;
+  }
+
+  private body(): Buffer {
+    if (this.rest !== undefined) return Buffer.concat(this.rest);
+    if (this.first === undefined) return Buffer.alloc(0);
+    return toBuffer(this.first, this.firstEncoding);
   }
 
   private async flush(): Promise<void> {
+    const res = this.res;
+    // getHeaders() is a fresh object with lower-case names; writeHead's own come on top.
+    const headers = res.getHeaders();
+    const given = this.headHeaders;
+    if (given !== undefined)
+      for (const name of Object.keys(given)) headers[name.toLowerCase()] = given[name];
+    for (const name of Object.keys(headers)) if (headers[name] === undefined) delete headers[name];
     const finished: FinishedResponse = {
-      status: this.head?.status ?? this.res.statusCode,
-      headers: { ...lowerCased(this.res.getHeaders()), ...lowerCased(this.head?.headers ?? {}) },
-      body: Buffer.concat(this.chunks),
+      status: this.held ? this.status : res.statusCode,
+      headers,
+      body: this.body(),
     };
     let outgoing: Outgoing;
     try {
       outgoing = await this.decide(finished);
     } catch {
-      outgoing = { kind: 'as-finished' };
+      outgoing = AS_FINISHED;
     }
-    const done = (error?: Error | null) => {
-      for (const callback of this.callbacks) callback(error);
-    };
-    if (this.res.destroyed) return done();
+    const callbacks = this.callbacks;
+    const done =
+      callbacks === undefined
+        ? undefined
+        : (error?: Error | null) => {
+            for (const callback of callbacks) callback(error);
+          };
+    if (res.destroyed) return done?.();
     if (outgoing.kind === 'as-finished') {
-      if (this.head) this.res.writeHead(this.head.status, this.head.headers);
-      this.res.end(finished.body, () => done());
+      if (this.held) res.writeHead(this.status, given);
+      // One string goes back as it came, so Node writes it with the head in one piece.
+      const body =
+        this.rest === undefined && typeof this.first === 'string' && this.firstEncoding === 'utf8'
+          ? this.first
+          : finished.body;
+      if (done === undefined) res.end(body);
+      else res.end(body, () => done());
       return;
     }
-    for (const name of this.res.getHeaderNames()) this.res.removeHeader(name);
+    for (const name of res.getHeaderNames()) res.removeHeader(name);
     // A 204 or 304 has no body, and no Content-Length either (RFC 9110).
     const bodiless = outgoing.status === 204 || outgoing.status === 304;
-    const headers = { ...outgoing.headers };
-    delete headers['content-length'];
-    if (!bodiless) headers['content-length'] = String(outgoing.body.length);
-    this.res.writeHead(outgoing.status, headers);
-    this.res.end(bodiless ? undefined : outgoing.body, () => done());
+    // Built afresh rather than copied and `delete`d from: an object that loses a property is slow to read.
+    const out: OutgoingHttpHeaders = {};
+    const replacing = outgoing.headers;
+    for (const name of Object.keys(replacing))
+      if (name !== 'content-length') out[name] = replacing[name];
+    if (!bodiless) out['content-length'] = String(outgoing.body.length);
+    res.writeHead(outgoing.status, out);
+    const body = bodiless ? undefined : outgoing.body;
+    if (done === undefined) res.end(body);
+    else res.end(body, () => done());
   }
 }
 
-function headersOf(rest: unknown[]): OutgoingHttpHeaders {
-  const headers = rest.find((arg) => arg !== null && typeof arg === 'object');
-  if (!headers) return {};
+function toBuffer(piece: string | Buffer, encoding: BufferEncoding): Buffer {
+  return typeof piece === 'string' ? Buffer.from(piece, encoding) : piece;
+}
+
+/** writeHead(status[, statusMessage][, headers]): the headers, lower-cased when given as a raw list. */
+function headersOf(a: unknown, b: unknown): OutgoingHttpHeaders | undefined {
+  const headers = a !== null && typeof a === 'object' ? a : b;
+  if (headers === null || typeof headers !== 'object') return undefined;
   if (Array.isArray(headers)) {
     const out: OutgoingHttpHeaders = {};
     for (let i = 0; i + 1 < headers.length; i += 2)
@@ -127,11 +191,4 @@ function headersOf(rest: unknown[]): OutgoingHttpHeaders {
     return out;
   }
   return headers as OutgoingHttpHeaders;
-}
-
-function lowerCased(headers: OutgoingHttpHeaders): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(headers))
-    if (value !== undefined) out[name.toLowerCase()] = value;
-  return out;
 }
