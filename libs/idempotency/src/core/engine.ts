@@ -164,7 +164,8 @@ export class IdempotencyEngine {
       fingerprint: call.fingerprint ?? null,
     });
     // Only outcomes that log or emit need the digest; a replay usually does not.
-    const digest = () => keyDigest(policy.scope, call.key, call.tenant);
+    const { key, tenant } = call;
+    const digest = () => keyDigest(policy.scope, key, tenant);
     if (result.waitedMs !== undefined) {
       const waitedMs = result.waitedMs;
       this.context.emit(() => ({
@@ -184,18 +185,16 @@ export class IdempotencyEngine {
         }));
         return { kind: 'replayed', payload: result.payload, completedAt: result.completedAt };
       case 'acquired': {
-        const keyDigestText = digest();
+        // The digest is computed when a log line or an event first needs it, then kept.
+        const execution = new Execution(this.context, policy.scope, digest, result.lease);
         this.context.emit(() => ({
           type: 'acquired',
           scope: policy.scope,
-          keyDigest: keyDigestText,
+          keyDigest: execution.keyDigest,
           acquireMs: performance.now() - startedAt,
           stolen: result.stolen === true,
         }));
-        return {
-          kind: 'acquired',
-          execution: new Execution(this.context, policy.scope, keyDigestText, result.lease),
-        };
+        return { kind: 'acquired', execution };
       }
       case 'in-flight': {
         const error = new IdempotencyInFlightException(result.retryAfterMs, policy.scope, digest());

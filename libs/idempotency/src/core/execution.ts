@@ -33,7 +33,10 @@ export type CompletionResult = 'stored' | 'lease-lost';
  * (the store refused an extension) `signal` aborts.
  */
 export class Execution {
-  private readonly controller = new AbortController();
+  /** Made when `signal` is first read: most callers never read it. */
+  private controller: AbortController | undefined = undefined;
+  private lost: IdempotencyLeaseLostError | undefined = undefined;
+  private digest: string | (() => string);
   private readonly timer: NodeJS.Timeout;
   private readonly startedAt = performance.now();
   private settled = false;
@@ -42,16 +45,30 @@ export class Execution {
   constructor(
     private readonly context: ExecutionContext,
     readonly scope: string,
-    /** The record's name in logs and events: scope and key digest. */
-    readonly keyDigest: string,
+    /**
+     * The record's name in logs and events (scope and key digest), or a
+     * function computing it: it is then computed once, when first needed.
+     */
+    keyDigest: string | (() => string),
     private readonly lease: Lease,
   ) {
+    this.digest = keyDigest;
     this.timer = setInterval(() => void this.beat(), Math.max(1, Math.floor(lease.leaseMs / 2)));
     this.timer.unref();
   }
 
+  /** The record's name in logs and events: scope and key digest. */
+  get keyDigest(): string {
+    if (typeof this.digest === 'function') this.digest = this.digest();
+    return this.digest;
+  }
+
   /** Aborted when the lease was lost while the action ran. */
   get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.lost !== undefined) this.controller.abort(this.lost);
+    }
     return this.controller.signal;
   }
 
@@ -126,7 +143,8 @@ export class Execution {
         keyDigest: this.keyDigest,
         during: 'heartbeat',
       }));
-      this.controller.abort(new IdempotencyLeaseLostError(`lease on ${this.keyDigest} was lost`));
+      this.lost = new IdempotencyLeaseLostError(`lease on ${this.keyDigest} was lost`);
+      this.controller?.abort(this.lost);
     } catch (error) {
       // The store is unreachable: keep beating, the lease may still be ours.
       if (!this.finished) {
