@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { isPurgeable, isStealable, ObservedRecord } from '../../core/decide';
+import { decide, isPurgeable, isStealable, ObservedRecord } from '../../core/decide';
 import { IdempotencyLeaseLostError } from '../../core/errors';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
@@ -62,6 +62,15 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
 
   tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
     const id = idOf(request);
+    // The look is synchronous, so nothing can complete or release the record between
+    // it and the answer: only a record in flight needs the shared wait loop (and its
+    // ticket, taken before that loop looks again).
+    const observed = this.look(id, request);
+    if (observed.kind === 'acquired') return Promise.resolve(observed);
+    if (observed.kind === 'record') {
+      const decision = decide(observed.record, request.fingerprint);
+      if (decision.kind !== 'busy') return Promise.resolve(decision);
+    }
     return waitForRecord({
       request,
       waiters: this.waiters,
