@@ -79,8 +79,13 @@ export interface HttpResponseRecord {
 
 export function encodeHttpResponse(response: HttpResponseRecord): StoredPayload {
   // JSON.stringify never emits a raw newline, so the first one ends the head.
-  const head = Buffer.from(`h${JSON.stringify({ s: response.status, h: response.headers })}\n`);
-  return Buffer.concat([head, response.body]);
+  const head = `h${JSON.stringify({ s: response.status, h: response.headers })}\n`;
+  const headBytes = Buffer.byteLength(head);
+  // One allocation: the head written in place, the body copied after it.
+  const payload = Buffer.allocUnsafe(headBytes + response.body.length);
+  payload.write(head, 0, 'utf8');
+  response.body.copy(payload, headBytes);
+  return payload;
 }
 
 export function decodeHttpResponse(payload: StoredPayload): HttpResponseRecord {

@@ -474,11 +474,14 @@ function isProblem(finished: FinishedResponse, exception: ReturnType<typeof prob
 /** What goes out on a replay: the stored status, body and headers over the live response's own. */
 function replayOf(stored: HttpResponseRecord, finished: FinishedResponse): Outgoing {
   const headers: OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(finished.headers)) {
+  const live = finished.headers;
+  for (const name of Object.keys(live)) {
     // What describes the body is the stored response's, not the re-serialized value's.
-    if (!BODY_HEADERS.has(name)) headers[name] = value;
+    if (!BODY_HEADERS.has(name)) headers[name] = live[name];
   }
-  Object.assign(headers, stored.headers, { 'idempotent-replayed': 'true' });
+  const kept = stored.headers;
+  for (const name of Object.keys(kept)) headers[name] = kept[name];
+  headers['idempotent-replayed'] = 'true';
   // Under CORS a browser only lets a page read the headers listed here.
   if (headers['access-control-allow-origin'] !== undefined) {
     const exposed = String(headers['access-control-expose-headers'] ?? '');
@@ -490,6 +493,8 @@ function replayOf(stored: HttpResponseRecord, finished: FinishedResponse): Outgo
   }
   return { kind: 'replace', status: stored.status, headers, body: stored.body };
 }
+
+const NEVER_STORED = new Set(NEVER_STORED_HEADERS);
 
 const BODY_HEADERS = new Set([
   'content-type',
@@ -552,9 +557,10 @@ function storedHeaders(
   allowed: Set<string>,
 ): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
-  for (const [given, value] of Object.entries(headers)) {
+  for (const given of Object.keys(headers)) {
+    const value = headers[given];
     const name = given.toLowerCase();
-    if (value === undefined || !allowed.has(name) || NEVER_STORED_HEADERS.includes(name)) continue;
+    if (value === undefined || !allowed.has(name) || NEVER_STORED.has(name)) continue;
     out[name] = Array.isArray(value) ? value.map(String) : String(value);
   }
   return out;
