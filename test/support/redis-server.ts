@@ -161,13 +161,24 @@ export async function startStandalone(replicas = 0): Promise<RedisServers> {
   return { servers, ports: servers.map((s) => s.port), dir, stop };
 }
 
+export interface ClusterOptions {
+  /** Replicas per master (default 0). Which node serves which: `clusterNodes`. */
+  replicas?: number;
+  /** `cluster-node-timeout` (Redis's default 15000 ms): how soon a dead master is failed over. */
+  nodeTimeoutMs?: number;
+  /** More `redis-server` arguments for every node (persistence, for instance). */
+  args?: string[];
+}
+
 /**
- * A Redis Cluster of three masters (no replicas) on free loopback ports:
- * `redis-server --cluster-enabled yes` ×3 in a temp dir, then
- * `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`, then
- * waits for `cluster_state:ok` on every node.
+ * A Redis Cluster of three masters (no replicas unless `options.replicas`) on
+ * free loopback ports: `redis-server --cluster-enabled yes` per node in a temp
+ * dir, then `redis-cli --cluster create … --cluster-replicas <n> --cluster-yes`,
+ * then waits for `cluster_state:ok` on every node and, with replicas, for
+ * every replica's link to its master to be up.
  */
-export async function startCluster(): Promise<RedisServers> {
+export async function startCluster(options: ClusterOptions = {}): Promise<RedisServers> {
+  const replicas = options.replicas ?? 0;
   const dir = mkdtempSync(join(tmpdir(), 'idem-redis-cluster-'));
   const servers: RedisServer[] = [];
   const stop = async () => {
@@ -176,7 +187,7 @@ export async function startCluster(): Promise<RedisServers> {
   };
   try {
     const ports: number[] = [];
-    for (let i = 0; i < 3; i++) {
+    for (let i = 0; i < 3 * (1 + replicas); i++) {
       let port = await freePort(true);
       while (ports.includes(port)) port = await freePort(true);
       ports.push(port);
@@ -190,6 +201,10 @@ export async function startCluster(): Promise<RedisServers> {
           join(dir, `nodes-${port}.conf`),
           '--dbfilename',
           `dump-${port}.rdb`,
+          ...(options.nodeTimeoutMs
+            ? ['--cluster-node-timeout', String(options.nodeTimeoutMs)]
+            : []),
+          ...(options.args ?? []),
         ]),
       );
     }
@@ -200,7 +215,7 @@ export async function startCluster(): Promise<RedisServers> {
         'create',
         ...ports.map((p) => `127.0.0.1:${p}`),
         '--cluster-replicas',
-        '0',
+        String(replicas),
         '--cluster-yes',
       ],
       { encoding: 'utf8', timeout: 30_000 },
@@ -220,9 +235,62 @@ export async function startCluster(): Promise<RedisServers> {
         await delay(100);
       }
     }
+    if (replicas > 0) await replicasInSync(ports, deadline);
     return { servers, ports, dir, stop };
   } catch (error) {
     await stop();
     throw error;
+  }
+}
+
+/** `CLUSTER NODES` of the node on `port`, one entry per node, as that node sees the cluster. */
+export interface ClusterNode {
+  id: string;
+  port: number;
+  /** `master` or `slave` (without `myself`/`fail` flags; see `flags`). */
+  role: 'master' | 'slave';
+  flags: string[];
+  /** The master's id, for a replica. */
+  masterId: string | null;
+  /** Slot ranges, for a master. */
+  slots: string[];
+}
+
+export function clusterNodes(port: number): ClusterNode[] {
+  const reply = spawnSync('redis-cli', ['-p', String(port), 'cluster', 'nodes'], {
+    encoding: 'utf8',
+    timeout: 5000,
+  });
+  if (reply.status !== 0) throw new Error(`CLUSTER NODES on ${port} failed: ${reply.stderr}`);
+  return reply.stdout
+    .trim()
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => {
+      const [id, address, flagText, master, , , , , ...slots] = line.trim().split(' ');
+      const flags = flagText.split(',');
+      return {
+        id,
+        port: Number(/:(\d+)@/.exec(address)?.[1] ?? 0),
+        role: flags.includes('master') ? 'master' : 'slave',
+        flags,
+        masterId: master === '-' ? null : master,
+        slots,
+      };
+    });
+}
+
+/** Waits until every replica in the cluster reports `master_link_status:up`. */
+async function replicasInSync(ports: number[], deadline: number): Promise<void> {
+  for (;;) {
+    const lagging = ports.filter((port) => {
+      const info = spawnSync('redis-cli', ['-p', String(port), 'info', 'replication'], {
+        encoding: 'utf8',
+      }).stdout;
+      return info.includes('role:slave') && !info.includes('master_link_status:up');
+    });
+    if (lagging.length === 0) return;
+    if (Date.now() > deadline) throw new Error(`replicas not in sync: ${lagging.join(', ')}`);
+    await delay(100);
   }
 }

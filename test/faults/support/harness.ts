@@ -18,8 +18,10 @@ const SCRIPTS = {
   worker: path.join(__dirname, 'engine-worker.ts'),
   app: path.join(__dirname, 'fault-app.ts'),
   pg: path.join(__dirname, 'pg-server.ts'),
+  /** fault-app.ts on a Redis or MariaDB store (cases 9 to 11). */
+  'store-app': path.join(__dirname, 'store-app.ts'),
 };
-const ENV_PREFIX = { worker: 'FW_', app: 'FA_', pg: 'FP_' };
+const ENV_PREFIX = { worker: 'FW_', app: 'FA_', pg: 'FP_', 'store-app': 'FS_' };
 
 /** Every child any spec started; `stopAllChildren` (afterAll) ends those still alive. */
 const children = new Set<Child>();
@@ -170,7 +172,8 @@ export function eventsOf(child: Child): IdempotencyEvent[] {
 
 /**
  * Forks a worker (engine over IPC) or an app (Nest over HTTP) with @swc-node/register and
- * resolves once it reports ready. `env` is prefixed FW_ (worker), FA_ (app) or FP_ (pg).
+ * resolves once it reports ready. `env` is prefixed FW_ (worker), FA_ (app), FP_ (pg) or FS_
+ * (store-app).
  */
 export async function startChild(
   kind: keyof typeof SCRIPTS,
@@ -293,7 +296,10 @@ export async function recordsOf(
 function decodeStored(payload: Buffer): unknown {
   const described = describePayload(payload);
   if (described.kind !== 'http') return described.kind === 'value' ? described.value : described;
-  return { status: described.status, body: described.body ? JSON.parse(described.body) : undefined };
+  return {
+    status: described.status,
+    body: described.body ? JSON.parse(described.body) : undefined,
+  };
 }
 
 /** An engine in this (the test) process, on its own DataSource; its log lines are kept. */
