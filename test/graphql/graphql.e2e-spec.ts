@@ -82,6 +82,13 @@ class PaymentsResolver {
     return { id: randomUUID(), ...input };
   }
 
+  @Mutation(() => String)
+  @Idempotent()
+  receipt(@Args('size', { type: () => Int }) size: number): string {
+    probe.ran('receipt');
+    return 'r'.repeat(size);
+  }
+
   @Mutation(() => Payment)
   @Idempotent({ key: 'order:{args.input.orderId}' })
   payOrder(@Args('input', { type: () => PaymentInput }) input: PaymentInput): Payment {
@@ -154,7 +161,11 @@ describe.each(DRIVERS)('GraphQL mutations, $name', ({ adapter, graphql }) => {
 
   beforeAll(async () => {
     dataSource = await openDataSource();
-    store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
+    store = new TypeOrmIdempotencyStore(dataSource, {
+      schema,
+      ensureSchema: true,
+      maxPayloadBytes: 4096,
+    });
     ({ app, url } = await startHttpApp(adapter, {
       imports: [
         IdempotencyModule.forRoot({ store, onEvent: (event) => events.push(event) }),
@@ -267,6 +278,18 @@ describe.each(DRIVERS)('GraphQL mutations, $name', ({ adapter, graphql }) => {
     expect(retried.errors).toBeUndefined();
     expect(retried.replayed).toBeNull();
     expect(probe.count('pay')).toBe(2);
+  });
+
+  it('a result too large to store: IDEMPOTENCY_RESULT_NOT_STORABLE, and a retry is refused the same way, never run again', async () => {
+    const key = randomUUID();
+    const RECEIPT = `mutation R($size: Int!) { receipt(size: $size) }`;
+    const first = await mutate(url, RECEIPT, { size: 10_000 }, key);
+    expect(first.errors?.[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_RESULT_NOT_STORABLE' });
+    expect(first.errors?.[0].extensions).not.toHaveProperty('retryAfterMs');
+    const retry = await mutate(url, RECEIPT, { size: 10_000 }, key);
+    expect(retry.errors?.[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_RESULT_NOT_STORABLE' });
+    expect(probe.count('receipt')).toBe(1);
+    expect(events.filter((e) => e.type === 'not-storable')).toHaveLength(1);
   });
 
   it('takes the key from an expression over the arguments', async () => {

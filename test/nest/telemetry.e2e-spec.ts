@@ -20,7 +20,13 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { randomUUID } from 'node:crypto';
-import { Idempotent, IdempotencyEvent, IdempotencyModule, keyDigest } from 'nest-idempotency';
+import {
+  Idempotent,
+  IdempotencyEvent,
+  IdempotencyModule,
+  IdempotencyPurgeScheduler,
+  keyDigest,
+} from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { ADAPTERS, send, startHttpApp } from '../support/http-app';
@@ -85,6 +91,10 @@ describe.each(ADAPTERS)('telemetry over %s', (adapter) => {
           store: new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true }),
           telemetry: { meter: meterProvider.getMeter('test'), tracer },
           onEvent: (event) => events.push(event),
+          tenant: (ctx) =>
+            ctx.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers[
+              'x-tenant'
+            ],
         }),
         RequestSpans,
       ],
@@ -136,11 +146,13 @@ describe.each(ADAPTERS)('telemetry over %s', (adapter) => {
     expect(JSON.stringify(exported)).not.toContain(key);
   });
 
-  it('traces acquire and complete as child spans of the request span, with the outcome, never the key', async () => {
+  it('traces acquire and complete as child spans of the request span, with the outcome, never the key or the tenant', async () => {
     spans.reset();
     const key = `raw-${randomUUID()}`;
-    await send(url, 'POST', '/telemetry', { key });
-    await send(url, 'POST', '/telemetry', { key });
+    const tenant = 'ann.smith@example.com';
+    const headers = { 'x-tenant': tenant };
+    await send(url, 'POST', '/telemetry', { key, headers });
+    await send(url, 'POST', '/telemetry', { key, headers });
     const finished = spans.getFinishedSpans();
     const requests = finished.filter((s) => s.name === 'POST /telemetry');
     const acquires = finished.filter((s) => s.name === 'idempotency acquire');
@@ -155,9 +167,24 @@ describe.each(ADAPTERS)('telemetry over %s', (adapter) => {
       expect(requestIds.has(span.parentSpanContext?.spanId ?? '')).toBe(true);
     }
     expect(acquires[0].attributes['idempotency.key_digest']).toBe(
-      keyDigest('TelemetryController.create', key),
+      keyDigest('TelemetryController.create', key, tenant),
     );
-    expect(JSON.stringify(finished.map((s) => s.attributes))).not.toContain(key);
+    expect(acquires[0].attributes['idempotency.scope']).toBe('TelemetryController.create');
+    const attributes = JSON.stringify(finished.map((s) => s.attributes));
+    expect(attributes).not.toContain(key);
+    expect(attributes).not.toContain('ann.smith');
+  });
+
+  it('traces the scheduled purge as a store call, with the purge-run event', async () => {
+    spans.reset();
+    events.length = 0;
+    const run = await app.get(IdempotencyPurgeScheduler).runOnce();
+    const purges = spans.getFinishedSpans().filter((s) => s.name === 'idempotency purge');
+    expect(purges.length).toBe(run.batches);
+    expect(purges.length).toBeGreaterThanOrEqual(1);
+    expect(events).toContainEqual(
+      expect.objectContaining({ type: 'purge-run', purged: run.purged }),
+    );
   });
 });
 

@@ -28,6 +28,12 @@ export function storedScope(scope: string, tenant: string | undefined): string {
   return tenant === undefined ? scope : `${scope}${TENANT_MARK}${tenant}`;
 }
 
+/** The handler's scope of a stored scope, without its tenant (for logs, metrics and spans). */
+export function scopeOfStored(stored: string): string {
+  const at = stored.indexOf(TENANT_MARK);
+  return at < 0 ? stored : stored.slice(0, at);
+}
+
 /** The digest logs show for a record as a store holds it (its stored scope may carry a tenant). */
 export function storedKeyDigest(stored: string, key: string): string {
   const at = stored.indexOf(TENANT_MARK);

@@ -67,7 +67,8 @@ export class IdempotencyPurgeScheduler implements OnApplicationBootstrap, OnAppl
     const run: PurgeRun = { purged: 0, batches: 0 };
     try {
       while (!this.stopped) {
-        const purged = await this.settings.store.purgeExpired({ limit: this.batchSize });
+        // The engine's store: with telemetry on, each batch is a traced, timed store call.
+        const purged = await this.engine.store.purgeExpired({ limit: this.batchSize });
         run.purged += purged;
         run.batches++;
         if (purged < this.batchSize) break;

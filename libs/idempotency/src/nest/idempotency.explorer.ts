@@ -131,7 +131,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       if (operation !== 'Mutation') {
         if (onMethod) {
           throw new IdempotencyConfigError(
-            `${classRef.name}.${methodName}: @Idempotent applies to a GraphQL @Mutation(), and this method ${operation === undefined ? 'resolves nothing' : `resolves a ${operation === 'Query' || operation === 'Subscription' ? operation.toLowerCase() : `field of ${operation}`}`}; put it on the mutation`,
+            `${classRef.name}.${methodName}: @Idempotent applies to a GraphQL @Mutation(), and this method ${describeResolverMethod(handler, operation)}; put it on the mutation`,
           );
         }
         continue;
@@ -188,6 +188,14 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
 function describeProvider(classRef: ClassRef): string {
   if (Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef)) return 'a WebSocket gateway';
   return 'a provider (a service)';
+}
+
+function describeResolverMethod(handler: object, operation: string | undefined): string {
+  if (operation === 'Query' || operation === 'Subscription')
+    return `resolves a ${operation.toLowerCase()}`;
+  if (Reflect.getMetadata(NEST_METADATA.graphqlResolveField, handler))
+    return operation ? `resolves a field of ${operation}` : 'resolves a field';
+  return operation ? `resolves ${operation}` : 'resolves nothing';
 }
 
 function describeRoute(classRef: ClassRef): string {

@@ -1,8 +1,8 @@
 /**
  * The metadata keys Nest's own decorators write, read here by value so that
  * nothing is deep-imported from Nest's internals and `@nestjs/microservices`
- * stays optional. A unit test pins each one to Nest's constant, on both
- * supported majors.
+ * stays optional. A unit test (nest-metadata.spec.ts) pins each one by
+ * applying Nest's own decorator, on both supported majors.
  */
 export const NEST_METADATA = {
   /** `@Controller(path)`, `@Get(path)`…: present on every route handler. */
@@ -29,8 +29,10 @@ export const NEST_METADATA = {
   websocketGateway: 'websockets:is_gateway',
   /** `@Resolver()` (GraphQL). */
   graphqlResolver: 'graphql:resolver_type',
-  /** `@Query()`, `@Mutation()`, `@ResolveField()`… (GraphQL). */
+  /** `@Query()`, `@Mutation()`… (GraphQL). */
   graphqlResolverName: 'graphql:resolver_name',
+  /** `@ResolveField()` (GraphQL). */
+  graphqlResolveField: 'graphql:resolve_property',
 } as const;
 
 /** `RouteParamtypes` values of the parameter decorators that hand the handler the raw response. */

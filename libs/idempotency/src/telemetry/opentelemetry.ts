@@ -2,7 +2,7 @@ import type { Attributes, Counter, Histogram, Meter, Tracer } from '@opentelemet
 import { IdempotencyConfigError } from '../core/errors';
 import type { IdempotencyEngine } from '../core/engine';
 import type { IdempotencyEvent } from '../core/events';
-import { storedKeyDigest } from '../core/key';
+import { scopeOfStored, storedKeyDigest } from '../core/key';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -185,7 +185,8 @@ export class TracingIdempotencyStore implements IdempotencyStore {
     return this.span(
       'acquire',
       {
-        'idempotency.scope': request.scope,
+        // Never the tenant: the handler's scope, and a digest that covers the tenant.
+        'idempotency.scope': scopeOfStored(request.scope),
         'idempotency.key_digest': storedKeyDigest(request.scope, request.key),
       },
       () => this.inner.tryAcquire(request),

@@ -9,12 +9,13 @@ import {
   IdempotencyFingerprintMismatchException,
   IdempotencyInFlightException,
   IdempotencyKeyError,
+  IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
 import type { IdempotencyEvent } from '../../core/events';
 import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
-import { decodeValue, encodeNotStorable, encodeValue, notStorableReason } from '../../core/payload';
+import { decodeValue, encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
 import type { HandlerPlan } from '../handler-plan';
 import { readKeyHeader } from '../http/key-header';
@@ -110,12 +111,7 @@ export class GraphqlIdempotency {
       throw this.refusal(error, plan);
     }
     if (begun.kind === 'replayed') {
-      if (notStorableReason(begun.payload) !== undefined) {
-        throw graphqlRefusal(
-          'idempotency-result-not-storable',
-          `${plan.where}: the mutation was processed, but its result could not be recorded for replay; retrying with this key will not run it again`,
-        );
-      }
+      if (notStorableReason(begun.payload) !== undefined) throw notStorableRefusal(plan);
       markReplayed(gqlContext);
       return decodeValue(begun.payload) ?? null;
     }
@@ -128,19 +124,29 @@ export class GraphqlIdempotency {
       await execution.release('action-failed');
       throw error;
     }
-    let payload: StoredPayload;
+    let payload: StoredPayload | undefined;
+    let notStorable: string | undefined;
     try {
       payload = this.encode(value);
     } catch (error) {
-      const reason = (error as Error).message;
-      this.logger.error(
-        `${plan.where}: the result for ${execution.keyDigest} cannot be stored: ${reason}`,
-      );
-      payload = encodeNotStorable(reason);
+      notStorable = (error as Error).message;
     }
     try {
+      if (payload === undefined) {
+        // The resolver ran: its record must say so, or a retry would run it again.
+        this.logger.error(
+          `${plan.where}: the result for ${execution.keyDigest} cannot be stored: ${notStorable}`,
+        );
+        await execution.completeNotStorable(notStorable!);
+        throw notStorableRefusal(plan);
+      }
       await execution.complete(payload);
     } catch (error) {
+      if (error instanceof IdempotencyPayloadError) {
+        // Too large for the store: the record says so (completed without a result).
+        this.logger.error(`${plan.where}: ${error.message}`);
+        throw notStorableRefusal(plan);
+      }
       if (error instanceof IdempotencyError) {
         this.logger.error(`${plan.where}: ${error.message}`);
         throw graphqlRefusal(
@@ -271,13 +277,13 @@ export class GraphqlIdempotency {
       throw error;
     }
     try {
-      let payload: StoredPayload;
+      let payload: StoredPayload | undefined;
       try {
         payload = this.encode(value);
       } catch (error) {
-        payload = encodeNotStorable((error as Error).message);
+        await execution.completeNotStorable((error as Error).message);
       }
-      await execution.complete(payload);
+      if (payload !== undefined) await execution.complete(payload);
     } catch (error) {
       this.logger.warn(
         `${plan.where}: observe mode could not record ${execution.keyDigest}: ${(error as Error).message}`,
@@ -296,6 +302,14 @@ export class GraphqlIdempotency {
     };
     return encodeValue((this.settings.options.sanitize(copy) as StoredRpcResult).value);
   }
+}
+
+/** The resolver ran once and its result is not there to replay: it is never run again for this key. */
+function notStorableRefusal(plan: HandlerPlan): Error {
+  return graphqlRefusal(
+    'idempotency-result-not-storable',
+    `${plan.where}: the mutation was processed, but its result could not be recorded for replay; retrying with this key will not run it again`,
+  );
 }
 
 /** SHA-256 of the mutation (parent type and field) and its arguments as canonical JSON. */

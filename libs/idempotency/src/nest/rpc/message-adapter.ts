@@ -7,12 +7,13 @@ import {
   IdempotencyFingerprintMismatchException,
   IdempotencyInFlightException,
   IdempotencyKeyError,
+  IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
 import type { IdempotencyEvent } from '../../core/events';
 import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
-import { decodeValue, encodeNotStorable, encodeValue, notStorableReason } from '../../core/payload';
+import { decodeValue, encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
 import type { HandlerPlan } from '../handler-plan';
 import type { StoredRpcResult } from '../idempotency.options';
@@ -138,20 +139,30 @@ export class MessageIdempotency {
       await execution.release('action-failed');
       throw error;
     }
-    let payload: StoredPayload;
+    let payload: StoredPayload | undefined;
+    let notStorable: string | undefined;
     try {
       payload = this.encode(value);
     } catch (error) {
-      // The handler ran: its record must say so, or a redelivery would run it again.
-      const reason = (error as Error).message;
-      this.logger.error(
-        `${plan.where}: the result for ${execution.keyDigest} cannot be stored: ${reason}`,
-      );
-      payload = encodeNotStorable(reason);
+      notStorable = (error as Error).message;
     }
     try {
-      await execution.complete(payload);
+      if (payload === undefined) {
+        // The handler ran: its record must say so, or a redelivery would run it again.
+        this.logger.error(
+          `${plan.where}: the result for ${execution.keyDigest} cannot be stored: ${notStorable}`,
+        );
+        await execution.completeNotStorable(notStorable!);
+      } else {
+        await execution.complete(payload);
+      }
     } catch (error) {
+      if (error instanceof IdempotencyPayloadError) {
+        // Too large for the store: the record says the handler ran (completed without a
+        // result), so a redelivery is not run again; this delivery gets its value.
+        this.logger.error(`${plan.where}: ${error.message}`);
+        return value;
+      }
       if (error instanceof IdempotencyError) {
         this.logger.error(`${plan.where}: ${error.message}`);
         throw exceptions.rejected(
@@ -228,13 +239,13 @@ export class MessageIdempotency {
       throw error;
     }
     try {
-      let payload: StoredPayload;
+      let payload: StoredPayload | undefined;
       try {
         payload = this.encode(value);
       } catch (error) {
-        payload = encodeNotStorable((error as Error).message);
+        await execution.completeNotStorable((error as Error).message);
       }
-      await execution.complete(payload);
+      if (payload !== undefined) await execution.complete(payload);
     } catch (error) {
       // Observing never changes what the caller gets.
       this.logger.warn(
