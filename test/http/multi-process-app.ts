@@ -1,8 +1,11 @@
 /**
  * One application process for http-multi-process.e2e-spec.ts, started with
  *   node -r @swc-node/register test/http/multi-process-app.ts
- * Env: MP_PG_URL, MP_SCHEMA (records table and `executions` already created by
- * the parent), MP_ADAPTER (express | fastify). Listens on port 0 and sends
+ * Env: the records' store as test/support/stores.ts describes it (IDEM_STORE,
+ * IDEM_STORE_URL, IDEM_STORE_NAMESPACE: PostgreSQL, Redis or MariaDB; the
+ * records table already created by the parent), MP_LEDGER_URL and
+ * MP_LEDGER_SCHEMA (the PostgreSQL schema holding `executions`, one row per
+ * execution), MP_ADAPTER (express | fastify). Listens on port 0 and sends
  * `{ port }` to the parent over IPC; shuts down on SIGTERM or when the parent goes away.
  */
 import 'reflect-metadata';
@@ -12,17 +15,18 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { randomUUID } from 'node:crypto';
 import { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Idempotent, IdempotencyModule } from 'nest-idempotency';
-import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { Idempotent, IdempotencyModule, IdempotencyStore } from 'nest-idempotency';
 import { DataSource } from 'typeorm';
+import { storeFromEnv } from '../support/stores';
 
-const url = required('MP_PG_URL');
-const schema = required('MP_SCHEMA');
+const ledgerUrl = required('MP_LEDGER_URL');
+const ledger = required('MP_LEDGER_SCHEMA');
 const adapter = process.env.MP_ADAPTER === 'fastify' ? 'fastify' : 'express';
 /** How long the handler works, so that duplicates really overlap it. */
 const WORK_MS = 250;
 
-const dataSource = new DataSource({ type: 'postgres', url, extra: { max: 10 } });
+const dataSource = new DataSource({ type: 'postgres', url: ledgerUrl, extra: { max: 10 } });
+let records: { store: IdempotencyStore; close: () => Promise<void> } | undefined;
 
 @Controller('charges')
 class ChargesController {
@@ -30,7 +34,7 @@ class ChargesController {
   @Idempotent({ waitTimeout: '20s' })
   async charge(@Body() body: { amount: number }) {
     const charge = randomUUID();
-    await dataSource.query(`INSERT INTO "${schema}".executions (pid, charge) VALUES ($1, $2)`, [
+    await dataSource.query(`INSERT INTO "${ledger}".executions (pid, charge) VALUES ($1, $2)`, [
       process.pid,
       charge,
     ]);
@@ -41,7 +45,12 @@ class ChargesController {
 
 @Module({
   imports: [
-    IdempotencyModule.forRoot({ store: new TypeOrmIdempotencyStore(dataSource, { schema }) }),
+    IdempotencyModule.forRootAsync({
+      useFactory: async () => {
+        records = await storeFromEnv(process.env);
+        return { store: records.store };
+      },
+    }),
   ],
   controllers: [ChargesController],
 })
@@ -68,6 +77,7 @@ async function stop(code: number): Promise<void> {
   if (stopping) return;
   stopping = true;
   await app?.close().catch(() => undefined);
+  await records?.close().catch(() => undefined);
   if (dataSource.isInitialized) await dataSource.destroy().catch(() => undefined);
   process.exit(code);
 }
