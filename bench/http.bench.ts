@@ -22,6 +22,8 @@ import {
   HTTP_WORKLOADS,
   HttpRow,
   HttpWorkload,
+  isBaseline,
+  plainBaselineOf,
 } from './lib/http';
 import { openDataSource, serverVersion, startServer } from './lib/postgres';
 import { resultsPath } from './lib/report';
@@ -78,14 +80,22 @@ async function main() {
 
   const rows = results.map((r) => {
     const target = HTTP_TARGETS[r.workload];
-    const isBaseline = baselineOf(r.workload) === r.workload;
+    const baseline = isBaseline(r.workload);
+    const againstPlain =
+      baselineOf(r.workload) === plainBaselineOf(r.workload)
+        ? ''
+        : `; ${r.plainRatio.toFixed(2)} against the fixed-key one`;
     return [
       r.adapter,
       r.workload,
       r.rps.toFixed(0),
       `${r.p50} ms`,
       `${r.p99} ms`,
-      isBaseline ? '1' : `${r.ratio.toFixed(2)} (${r.ratios.map((x) => x.toFixed(2)).join(' / ')})`,
+      r.cpuMicros.toFixed(1),
+      baseline
+        ? '1'
+        : `${r.ratio.toFixed(2)} (${r.ratios.map((x) => x.toFixed(2)).join(' / ')}${againstPlain})`,
+      baseline ? '1' : r.cpuRatio.toFixed(2),
       target === undefined ? '' : `≥ ${target.toFixed(2)}: ${r.ratio >= target ? 'met' : 'missed'}`,
       String(r.failures),
     ];
@@ -97,7 +107,9 @@ async function main() {
     'req/s (median)',
     'p50',
     'p99',
+    'app CPU µs/request (median)',
     'ratio to undecorated, same process (rounds)',
+    'CPU ratio',
     'target',
     'errors + non-2xx',
   ];
@@ -109,7 +121,7 @@ async function main() {
     '',
     `Machine: ${machine}.`,
     '',
-    `${CONNECTIONS} connections, POST with a JSON body, a trivial handler (no database work of its own); ${ROUNDS} rounds of ${SECONDS} s per workload, the workloads alternating within each round; req/s, p50 and p99 are medians over the rounds, and a ratio is the median of the rounds' ratios (the workload's req/s ÷ the undecorated handler's on the same process in the same round). "fresh keys" is a first execution per request (acquire + complete: two PostgreSQL round trips); "replay" repeats one completed key (one round trip); "undecorated, cache process" and "replay, cache on" run against a second application process started with the module option \`cache: { maxEntries: ${CACHE_ENTRIES} }\` (a cached replay makes no round trip); their ratio is to that process's own undecorated figure. "undecorated, memory process", "fresh keys, memory store" and "replay, memory store" run against a third process on \`InMemoryIdempotencyStore\` with the cache off (no database at all: the library's own cost per request; its replays are uncached). The applications run in their own processes, autocannon in this one.`,
+    `${CONNECTIONS} connections, POST with a JSON body, a trivial handler (no database work of its own); ${ROUNDS} rounds of ${SECONDS} s per workload, the workloads alternating within each round; req/s, p50 and p99 are medians over the rounds, and a ratio is the median of the rounds' ratios (the workload's req/s ÷ the undecorated handler's on the same process in the same round). "fresh keys" is a first execution per request (acquire + complete: two PostgreSQL round trips), compared with "undecorated, fresh key each" (the undecorated route sent the same requests: a new Idempotency-Key each, which autocannon rebuilds per request at about the cost of the server's work on Fastify; the figure against the fixed-key undecorated workload follows in the same cell); "replay" repeats one completed key (one round trip), compared with "undecorated" (the same fixed key header, ignored); "app CPU" is the application process's user + system time per request (process.cpuUsage() around each run), and "CPU ratio" the baseline's CPU per request ÷ the workload's (median of the rounds), what the ratio would be if the application had its core to itself; "undecorated, cache process" and "replay, cache on" run against a second application process started with the module option \`cache: { maxEntries: ${CACHE_ENTRIES} }\` (a cached replay makes no round trip); their ratio is to that process's own undecorated figure. "undecorated, memory process", "pass-through interceptor, memory process" (a route whose only interceptor returns next.handle(): what Nest's interceptor machinery costs any interceptor, a diagnostic), "fresh keys, memory store" and "replay, memory store" run against a third process on \`InMemoryIdempotencyStore\` with the cache off (no database at all: the library's own cost per request; its replays are uncached). The applications run in their own processes, autocannon in this one.`,
     '',
     line(header),
     `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`,

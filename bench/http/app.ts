@@ -1,10 +1,21 @@
 // The application under test for `npm run bench:http` and `npm run bench`, in its own process.
 // BENCH_CACHE_MAX_ENTRIES=n turns on the module's local replay cache (cache: { maxEntries: n }).
 // BENCH_STORE=memory uses the in-memory store (no database); default: TypeOrmIdempotencyStore.
-// IPC: { type: 'rss' } answers { rss }; { type: 'memory' } forces a full GC first when the
+// IPC: { type: 'rss' } answers { rss }; { type: 'cpu' } answers { cpuMicros } (user + system); { type: 'memory' } forces a full GC first when the
 // process runs with --expose-gc and answers { memory: process.memoryUsage(), gc }.
 import 'reflect-metadata';
-import { Body, Controller, HttpCode, Module, Post } from '@nestjs/common';
+import {
+  Body,
+  CallHandler,
+  Controller,
+  ExecutionContext,
+  HttpCode,
+  Injectable,
+  Module,
+  NestInterceptor,
+  Post,
+  UseInterceptors,
+} from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { AddressInfo } from 'node:net';
@@ -17,11 +28,26 @@ import {
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 
+/** Does nothing: what Nest's interceptor machinery alone costs a route (a diagnostic baseline). */
+@Injectable()
+class PassThroughInterceptor implements NestInterceptor {
+  intercept(_context: ExecutionContext, next: CallHandler) {
+    return next.handle();
+  }
+}
+
 @Controller()
 class BenchController {
   @Post('plain')
   @HttpCode(200)
   plain(@Body() body: { n: number }) {
+    return { ok: true, n: body.n };
+  }
+
+  @Post('passthrough')
+  @HttpCode(200)
+  @UseInterceptors(PassThroughInterceptor)
+  passthrough(@Body() body: { n: number }) {
     return { ok: true, n: body.n };
   }
 
@@ -65,6 +91,11 @@ async function main() {
   process.send?.({ port });
   process.on('message', (message: { type?: string }) => {
     if (message?.type === 'rss') process.send?.({ rss: process.memoryUsage().rss });
+    // CPU time this process has used (user + system, µs): the per-request cost whatever the load generator gets.
+    if (message?.type === 'cpu') {
+      const { user, system } = process.cpuUsage();
+      process.send?.({ cpuMicros: user + system, userMicros: user, systemMicros: system });
+    }
     if (message?.type === 'memory') {
       const gc = (globalThis as { gc?: () => void }).gc;
       // Twice: the first pass can leave garbage that only finalizers released.

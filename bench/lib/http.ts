@@ -14,47 +14,82 @@ export type Adapter = 'express' | 'fastify';
 export type AppKind = 'postgres' | 'cache' | 'memory';
 export type HttpWorkload =
   | 'undecorated'
+  | 'undecorated, fresh key each'
   | 'fresh keys'
   | 'replay'
   | 'undecorated, cache process'
   | 'replay, cache on'
   | 'undecorated, memory process'
+  | 'undecorated, fresh key each, memory process'
+  | 'pass-through interceptor, memory process'
   | 'fresh keys, memory store'
   | 'replay, memory store';
 /** `mixed`: replays of one key, with every tenth request a fresh key (a first execution). */
 export type LoadWorkload = HttpWorkload | 'mixed';
 
+/**
+ * What is sent: `plain` is the undecorated route with the same fixed
+ * Idempotency-Key header a replay sends; `plain-fresh` the undecorated route
+ * with a new key per request, built the way `fresh` builds its requests (the
+ * load generator rebuilds every such request, which costs it about as much
+ * as the server's work on Fastify, so a fresh-key workload is compared with
+ * an undecorated one that makes the generator do the same); `passthrough` a
+ * route whose only interceptor returns `next.handle()` (what Nest's
+ * interceptor machinery alone costs, a diagnostic).
+ */
+type RequestKind = 'plain' | 'plain-fresh' | 'passthrough' | 'fresh' | 'replay';
+
 interface WorkloadSpec {
   app: AppKind;
-  request: 'plain' | 'fresh' | 'replay';
+  request: RequestKind;
 }
 
 /**
  * Three application processes: the PostgreSQL store with the replay cache
  * off; the same store with the cache on; the in-memory store (cache off, so
- * its replays are uncached). Each process's own undecorated figure is the
- * baseline of its other workloads.
+ * its replays are uncached). Each process's own undecorated figures are the
+ * baselines of its other workloads: the fresh-key one for fresh keys, the
+ * fixed-key one for everything else.
  */
 export const WORKLOADS: Record<HttpWorkload, WorkloadSpec> = {
   undecorated: { app: 'postgres', request: 'plain' },
+  'undecorated, fresh key each': { app: 'postgres', request: 'plain-fresh' },
   'fresh keys': { app: 'postgres', request: 'fresh' },
   replay: { app: 'postgres', request: 'replay' },
   'undecorated, cache process': { app: 'cache', request: 'plain' },
   'replay, cache on': { app: 'cache', request: 'replay' },
   'undecorated, memory process': { app: 'memory', request: 'plain' },
+  'undecorated, fresh key each, memory process': { app: 'memory', request: 'plain-fresh' },
+  'pass-through interceptor, memory process': { app: 'memory', request: 'passthrough' },
   'fresh keys, memory store': { app: 'memory', request: 'fresh' },
   'replay, memory store': { app: 'memory', request: 'replay' },
 };
 export const HTTP_WORKLOADS = Object.keys(WORKLOADS) as HttpWorkload[];
 
-/** The undecorated workload on the same process: the baseline of a ratio. */
+/** True for the undecorated workloads (the baselines). */
+export function isBaseline(workload: HttpWorkload): boolean {
+  const request = WORKLOADS[workload].request;
+  return request === 'plain' || request === 'plain-fresh';
+}
+
+/** The undecorated workload on the same process with the same kind of requests: the baseline of a ratio. */
 export function baselineOf(workload: HttpWorkload): HttpWorkload {
+  const { app, request } = WORKLOADS[workload];
+  if (isBaseline(workload)) return workload;
+  const wanted = request === 'fresh' ? 'plain-fresh' : 'plain';
+  return HTTP_WORKLOADS.find((w) => WORKLOADS[w].app === app && WORKLOADS[w].request === wanted)!;
+}
+
+/** The process's undecorated workload with the fixed key (the baseline every ratio used before fresh-key baselines). */
+export function plainBaselineOf(workload: HttpWorkload): HttpWorkload {
   const app = WORKLOADS[workload].app;
   return HTTP_WORKLOADS.find((w) => WORKLOADS[w].app === app && WORKLOADS[w].request === 'plain')!;
 }
 
 export interface AppProcess {
   url: string;
+  /** CPU time (user + system, µs) the process has used so far. */
+  cpuMicros(): Promise<number>;
   /** Sends `{ type }` over IPC and resolves with the first answer carrying `field`. */
   ask<T>(type: string, field: string): Promise<T>;
   stop(): Promise<void>;
@@ -99,19 +134,21 @@ export async function startApp(options: AppOptions): Promise<AppProcess> {
   });
   const [message] = (await Promise.race([once(child, 'message'), exited])) as [{ port: number }];
   exited.catch(() => undefined);
+  const ask = <T>(type: string, field: string) =>
+    new Promise<T>((resolve) => {
+      const onMessage = (answer: Record<string, unknown>) => {
+        if (answer && field in answer) {
+          child.off('message', onMessage);
+          resolve(answer as T);
+        }
+      };
+      child.on('message', onMessage);
+      child.send({ type });
+    });
   return {
     url: `http://127.0.0.1:${message.port}`,
-    ask: <T>(type: string, field: string) =>
-      new Promise<T>((resolve) => {
-        const onMessage = (answer: Record<string, unknown>) => {
-          if (answer && field in answer) {
-            child.off('message', onMessage);
-            resolve(answer as T);
-          }
-        };
-        child.on('message', onMessage);
-        child.send({ type });
-      }),
+    ask,
+    cpuMicros: async () => (await ask<{ cpuMicros: number }>('cpu', 'cpuMicros')).cpuMicros,
     stop: async () => {
       if (child.exitCode !== null) return;
       const exit = once(child, 'exit');
@@ -123,6 +160,8 @@ export async function startApp(options: AppOptions): Promise<AppProcess> {
 
 export interface LoadSample {
   rps: number;
+  /** Requests answered in all. */
+  requests: number;
   p50: number;
   p99: number;
   errors: number;
@@ -168,11 +207,16 @@ function requestFor(workload: LoadWorkload, replayKey: string): autocannon.Reque
     let sent = 0;
     return withKeys(() => (sent++ % 10 === 0 ? randomUUID() : replayKey));
   }
+  const fixedKey = { ...post.headers, 'idempotency-key': replayKey };
   switch (WORKLOADS[workload].request) {
     case 'plain':
-      return { ...post, path: '/plain' };
+      return { ...post, path: '/plain', headers: fixedKey };
+    case 'plain-fresh':
+      return { ...withKeys(() => randomUUID()), path: '/plain' };
+    case 'passthrough':
+      return { ...post, path: '/passthrough', headers: fixedKey };
     case 'replay':
-      return { ...post, headers: { ...post.headers, 'idempotency-key': replayKey } };
+      return { ...post, headers: fixedKey };
     case 'fresh':
       return withKeys(() => randomUUID());
   }
@@ -197,6 +241,7 @@ export function runLoad(
         if (error) return reject(error);
         resolve({
           rps: result.requests.average,
+          requests: result.requests.total,
           p50: result.latency.p50,
           p99: result.latency.p99,
           errors: result.errors + result.timeouts,
@@ -221,6 +266,16 @@ export interface HttpRow {
   ratio: number;
   /** The rounds' ratios. */
   ratios: number[];
+  /** The same against the fixed-key undecorated workload (differs from `ratio` for fresh keys only). */
+  plainRatio: number;
+  /** The application process's CPU time per request (user + system, µs): median over the rounds. */
+  cpuMicros: number;
+  /**
+   * The baseline's CPU per request divided by this workload's, round by
+   * round; the median. What the ratio would be if the process had the CPU to
+   * itself (the load generator and other work on the machine aside).
+   */
+  cpuRatio: number;
   /** Median req/s divided by the first process's undecorated median instead. */
   ratioToFirst: number;
   failures: number;
@@ -248,7 +303,10 @@ export interface HttpComparisonOptions {
  */
 export async function compareHttp(options: HttpComparisonOptions): Promise<HttpRow[]> {
   const wanted = new Set(options.workloads ?? HTTP_WORKLOADS);
-  for (const w of [...wanted]) wanted.add(baselineOf(w));
+  for (const w of [...wanted]) {
+    wanted.add(baselineOf(w));
+    wanted.add(plainBaselineOf(w));
+  }
   const workloads = HTTP_WORKLOADS.filter((w) => wanted.has(w));
   const kinds = [...new Set(workloads.map((w) => WORKLOADS[w].app))];
   const common = {
@@ -280,7 +338,16 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
     const samples = await alternate(
       options.rounds,
       Object.fromEntries(
-        workloads.map((w) => [w, () => runLoad(appOf(w).url, w, loadOf(w, options.seconds))]),
+        workloads.map((w) => [
+          w,
+          async () => {
+            const app = appOf(w);
+            const before = await app.cpuMicros();
+            const sample = await runLoad(app.url, w, loadOf(w, options.seconds));
+            const cpu = (await app.cpuMicros()) - before;
+            return { ...sample, cpuPerRequest: cpu / Math.max(1, sample.requests) };
+          },
+        ]),
       ),
       (round, name) =>
         name === workloads[0] &&
@@ -290,9 +357,19 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
     return workloads.map((workload) => {
       const s = samples[workload];
       const rps = median(s.map((x) => x.rps));
+      const baseline = samples[baselineOf(workload)];
       const paired = pairedRatios(
         s.map((x) => x.rps),
-        samples[baselineOf(workload)].map((x) => x.rps),
+        baseline.map((x) => x.rps),
+      );
+      const plain = pairedRatios(
+        s.map((x) => x.rps),
+        samples[plainBaselineOf(workload)].map((x) => x.rps),
+      );
+      // CPU: the baseline's per request over this one's, so that higher is better as for req/s.
+      const cpu = pairedRatios(
+        baseline.map((x) => x.cpuPerRequest),
+        s.map((x) => x.cpuPerRequest),
       );
       return {
         adapter: options.adapter,
@@ -302,6 +379,9 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
         p99: median(s.map((x) => x.p99)),
         ratio: paired.median,
         ratios: paired.each,
+        plainRatio: plain.median,
+        cpuMicros: median(s.map((x) => x.cpuPerRequest)),
+        cpuRatio: cpu.median,
         ratioToFirst: rps / base,
         failures: s.reduce((n, x) => n + x.errors + x.non2xx, 0),
         runs: s.map((x) => x.rps),
