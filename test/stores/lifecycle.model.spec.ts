@@ -2,19 +2,39 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import type { DataSource } from 'typeorm';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { lifecycleCommands, ModelRun, StoreSession } from './model/commands';
-import { LifecycleModel } from './model/lifecycle-model';
-import { inMemoryUnderTest, postgresUnderTest, StoreUnderTest } from './model/stores-under-test';
+import { ExpiryRule, LifecycleModel } from './model/lifecycle-model';
+import {
+  inMemoryUnderTest,
+  mariadbUnderTest,
+  postgresUnderTest,
+  redisUnderTest,
+  StoreUnderTest,
+} from './model/stores-under-test';
+import { dropTable, mariadbAvailable, openMysqlDataSource, scratchTable } from '../support/mariadb';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
+import {
+  AnyRedisClient,
+  connectStandalone,
+  deletePrefix,
+  describeIfRedis,
+  probeRedisSync,
+  redisUrl,
+  scratchPrefix,
+} from '../support/redis';
 
 /**
  * Model-based test of the record lifecycle: random interleavings of acquire
  * (waitTimeoutMs 0), complete, release, extend, lease expiry, TTL expiry and
  * purge, across two keys and every lease issued in the run (stale ones on
- * purpose), run in lockstep on the PostgreSQL store, a fresh in-memory store and
- * the reference model in model/lifecycle-model.ts. After every step each store's
- * outcome and every key's find() must equal the model's. How time passes is
- * explained in model/stores-under-test.ts.
+ * purpose), run in lockstep on a store and the reference model in
+ * model/lifecycle-model.ts: the PostgreSQL store with a fresh in-memory store,
+ * then the MariaDB store, then the Redis store (standalone), each on its own
+ * run of generated sequences. After every step each store's outcome and every
+ * key's find() must equal the model's. How time passes is explained in
+ * model/stores-under-test.ts; Redis follows the model's `backend` expiry rule
+ * (a record is gone once purgeable), the others its `purge` rule.
  *
  * A failure prints the shrunk command sequence (fast-check's counterexample),
  * then the failing run step by step with what the model expected.
@@ -30,10 +50,9 @@ const MAX_COMMANDS = 30;
  * is hit about 8 times per 100 runs on average; in a model-only simulation of
  * 5000 suites none was ever missed. Other labels are counted, not required.
  */
-const REQUIRED_EDGES = [
+const COMMON_EDGES = [
   'acquire → acquired (absent)',
   'acquire → acquired (stole an expired lease)',
-  'acquire → acquired (replaced a COMPLETE record past its TTL)',
   'acquire → duplicate',
   'acquire → in-flight (past its TTL, lease live)',
   'acquire → fingerprint-mismatch',
@@ -43,11 +62,58 @@ const REQUIRED_EDGES = [
   'release → done',
   'extend → true',
   'extend → false',
-  'purge removes COMPLETE',
-  'purge removes IN_PROGRESS',
   'purge spares IN_PROGRESS past its TTL with a live lease',
   'purge spares IN_PROGRESS with an expired lease within its TTL',
 ];
+
+const REQUIRED_EDGES: Record<ExpiryRule, string[]> = {
+  purge: [
+    ...COMMON_EDGES,
+    'acquire → acquired (replaced a COMPLETE record past its TTL)',
+    'purge removes COMPLETE',
+    'purge removes IN_PROGRESS',
+  ],
+  // A purgeable record is gone at once: nothing is left for a purge, or for an
+  // acquisition to replace; what is checked instead is that it went.
+  backend: [...COMMON_EDGES, 'the backend expires COMPLETE', 'the backend expires IN_PROGRESS'],
+};
+
+/**
+ * Runs RUNS generated sequences against `stores()` (fresh stores or a fresh
+ * scope per run; `reset` empties what a purge counts) and the model, then
+ * checks the coverage.
+ */
+async function agreeWithModel(
+  expiry: ExpiryRule,
+  stores: () => Promise<StoreUnderTest[]>,
+  reset: () => Promise<unknown> = async () => undefined,
+): Promise<void> {
+  const coverage = new Map<string, number>();
+  const setup = async () => {
+    await reset();
+    const scope = `model-${randomUUID()}`;
+    const sessions: StoreSession[] = (await stores()).map((sut) => {
+      if (sut.expiry !== expiry) throw new Error(`${sut.name} expires by ${sut.expiry}`);
+      return { sut, scope, leases: [] };
+    });
+    return { model: new LifecycleModel(expiry), real: new ModelRun(sessions, coverage) };
+  };
+
+  await fc.assert(
+    fc.asyncProperty(lifecycleCommands(MAX_COMMANDS), (commands) =>
+      fc.asyncModelRun(setup, commands),
+    ),
+    { numRuns: RUNS },
+  );
+
+  const labels = [...coverage.keys()];
+  const missed = REQUIRED_EDGES[expiry].filter(
+    (edge) => !labels.some((label) => label.includes(edge)),
+  );
+  expect({ missed, seen: Object.fromEntries(coverage) }).toMatchObject({ missed: [] });
+}
+
+const quiet = { warn: () => undefined, error: () => undefined };
 
 describe('Record lifecycle: PostgreSQL and in-memory stores against a reference model', () => {
   let dataSource: DataSource;
@@ -60,7 +126,7 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
     const store = new TypeOrmIdempotencyStore(dataSource, {
       schema,
       ensureSchema: true,
-      logger: { warn: () => undefined, error: () => undefined },
+      logger: quiet,
     });
     await store.init();
     postgres = await postgresUnderTest(dataSource, store);
@@ -75,29 +141,77 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
   });
 
   it('agrees with the model after every step of random interleavings', async () => {
-    const coverage = new Map<string, number>();
     // Each run: a fresh scope, an empty scratch table (purge counts cover the
     // whole table, so they are then this run's alone) and a fresh in-memory store.
-    const setup = async () => {
-      await dataSource.query(`TRUNCATE "${schema}".idempotency_records`);
-      const scope = `model-${randomUUID()}`;
-      const sessions: StoreSession[] = [postgres, await inMemoryUnderTest()].map((sut) => ({
-        sut,
-        scope,
-        leases: [],
-      }));
-      return { model: new LifecycleModel(), real: new ModelRun(sessions, coverage) };
-    };
-
-    await fc.assert(
-      fc.asyncProperty(lifecycleCommands(MAX_COMMANDS), (commands) =>
-        fc.asyncModelRun(setup, commands),
-      ),
-      { numRuns: RUNS },
+    await agreeWithModel(
+      'purge',
+      async () => [postgres, await inMemoryUnderTest()],
+      () => dataSource.query(`TRUNCATE "${schema}".idempotency_records`),
     );
-
-    const labels = [...coverage.keys()];
-    const missed = REQUIRED_EDGES.filter((edge) => !labels.some((label) => label.includes(edge)));
-    expect({ missed, seen: Object.fromEntries(coverage) }).toMatchObject({ missed: [] });
   }, 120_000);
 });
+
+describe.runIf(mariadbAvailable())(
+  'Record lifecycle: MariaDB store against a reference model',
+  () => {
+    let dataSource: DataSource;
+    const table = scratchTable('model');
+    let mariadb: StoreUnderTest;
+
+    beforeAll(async () => {
+      dataSource = await openMysqlDataSource();
+      const store = new TypeOrmIdempotencyStore(dataSource, {
+        table,
+        ensureSchema: true,
+        logger: quiet,
+      });
+      await store.init();
+      mariadb = await mariadbUnderTest(dataSource, store);
+    });
+
+    afterAll(async () => {
+      await mariadb?.store.close?.();
+      if (dataSource?.isInitialized) {
+        await dropTable(dataSource, table);
+        await dataSource.destroy();
+      }
+    });
+
+    it('agrees with the model after every step of random interleavings', async () => {
+      await agreeWithModel(
+        'purge',
+        async () => [mariadb],
+        () => dataSource.query(`TRUNCATE TABLE \`${table}\``),
+      );
+    }, 120_000);
+  },
+);
+
+describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
+  'Record lifecycle: Redis store (standalone) against a reference model',
+  () => {
+    let client: AnyRedisClient;
+    const prefix = scratchPrefix('model');
+    let redis: StoreUnderTest;
+
+    beforeAll(async () => {
+      client = await connectStandalone(redisUrl());
+      const store = new RedisIdempotencyStore(client, { keyPrefix: prefix, logger: quiet });
+      await store.init();
+      redis = await redisUnderTest(client, store);
+    });
+
+    afterAll(async () => {
+      await redis?.store.close?.();
+      if (client) {
+        await deletePrefix(client, prefix);
+        client.destroy();
+      }
+    });
+
+    // Each run has a scope of its own; a purge has nothing to count on Redis.
+    it('agrees with the model after every step of random interleavings', async () => {
+      await agreeWithModel('backend', async () => [redis]);
+    }, 120_000);
+  },
+);

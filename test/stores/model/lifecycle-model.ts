@@ -10,7 +10,15 @@ import type { StoredPayload } from 'nest-idempotency';
  * expires by itself while a run lasts; a lease or a TTL runs out only when a
  * command says so ("expire the lease of k0"), which flips one boolean here and
  * moves one deadline into the past in each store (see stores-under-test.ts).
+ *
+ * Who removes a purgeable record (COMPLETE past its TTL, IN_PROGRESS past its
+ * TTL and its lease) is the one thing stores may differ in, as the
+ * conformance kit's `expiry` says: `purge` (PostgreSQL, MariaDB, in memory)
+ * keeps it until `purgeExpired` deletes it; `backend` (Redis, whose keys
+ * expire at the later of TTL and lease) has it gone the moment it becomes
+ * purgeable, and `purgeExpired` has nothing left to delete.
  */
+export type ExpiryRule = 'purge' | 'backend';
 
 /** Two keys: enough for purge counts and cross-key leases, few enough that each stays busy. */
 export const KEYS = ['k0', 'k1'] as const;
@@ -62,6 +70,8 @@ export class LifecycleModel {
   private readonly records = new Map<Key, ModelRecord>();
   /** The key each lease was issued for, by lease number. */
   private readonly leaseKeys: Key[] = [];
+
+  constructor(private readonly expiry: ExpiryRule = 'purge') {}
 
   get leasesIssued(): number {
     return this.leaseKeys.length;
@@ -179,7 +189,7 @@ export class LifecycleModel {
     const record = this.records.get(key);
     if (record?.state !== 'IN_PROGRESS') return { outcome: 0, labels: ['expire lease (no lease)'] };
     record.leaseExpired = true;
-    return { outcome: 1, labels: ['expire lease'] };
+    return { outcome: 1, labels: ['expire lease', ...this.expireIfDue(key)] };
   }
 
   /** Number of records whose TTL deadline moved: the record, in either state. */
@@ -187,7 +197,15 @@ export class LifecycleModel {
     const record = this.records.get(key);
     if (!record) return { outcome: 0, labels: ['expire TTL (absent)'] };
     record.ttlExpired = true;
-    return { outcome: 1, labels: [`expire TTL (${record.state})`] };
+    return { outcome: 1, labels: [`expire TTL (${record.state})`, ...this.expireIfDue(key)] };
+  }
+
+  /** Under the `backend` rule, a record that just became purgeable is gone at once. */
+  private expireIfDue(key: Key): string[] {
+    const record = this.records.get(key);
+    if (this.expiry !== 'backend' || !record || !isDue(record)) return [];
+    this.records.delete(key);
+    return [`the backend expires ${record.state}`];
   }
 
   /** COMPLETE past its TTL; IN_PROGRESS past its TTL *and* its lease. Nothing else. */
@@ -195,8 +213,7 @@ export class LifecycleModel {
     const labels: string[] = [];
     let purged = 0;
     for (const [key, record] of this.records) {
-      const due = record.ttlExpired && (record.state === 'COMPLETE' || record.leaseExpired);
-      if (due) {
+      if (isDue(record)) {
         this.records.delete(key);
         purged++;
         labels.push(`purge removes ${record.state}`);
@@ -219,4 +236,9 @@ export class LifecycleModel {
     }
     return undefined;
   }
+}
+
+/** What `purgeExpired` deletes (decide.ts `isPurgeable`): COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
+function isDue(record: ModelRecord): boolean {
+  return record.ttlExpired && (record.state === 'COMPLETE' || record.leaseExpired);
 }

@@ -9,8 +9,11 @@ import {
   RecordId,
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { RedisIdempotencyStore } from 'nest-idempotency/redis';
+import { storedKeyDigest } from '../../../libs/idempotency/src/core/key';
 import { recordIdOf } from '../../../libs/idempotency/src/stores/typeorm/table';
-import { Snapshot } from './lifecycle-model';
+import { AnyRedisClient, command } from '../../support/redis';
+import { ExpiryRule, Snapshot } from './lifecycle-model';
 
 /** Leases and TTLs that cannot run out by themselves while a run lasts. */
 export const LEASE_MS = 10 * 60_000;
@@ -33,6 +36,8 @@ export const TTL_MS = 60 * 60_000;
 export interface StoreUnderTest {
   readonly name: string;
   readonly store: IdempotencyStore;
+  /** Who removes purgeable records; the model follows the same rule (see lifecycle-model.ts). */
+  readonly expiry: ExpiryRule;
   /** Moves the lease deadline of the record if it is IN_PROGRESS; returns how many records moved. */
   expireLease(id: RecordId): Promise<number>;
   /** Moves the TTL deadline of the record in either state; returns how many records moved. */
@@ -97,18 +102,104 @@ export function postgresUnderTest(
   return checkedLeaseFor({
     name: 'PostgreSQL',
     store,
+    expiry: 'purge',
     expireLease: (id) => moveToPast('lease_expires_at', true, id),
     expireTtl: (id) => moveToPast('expires_at', false, id),
-    leaseFor: (id, leaseId) => {
-      const recordId = recordIdOf(id.scope, id.key);
-      return {
-        id: recordId,
-        idHex: recordId.toString('hex'),
+    leaseFor: sqlLeaseFor,
+  });
+}
+
+/** The lease the TypeORM store hands out, on either dialect: the record's hashed id and the lease id. */
+function sqlLeaseFor(id: RecordId, leaseId: string): Lease {
+  const recordId = recordIdOf(id.scope, id.key);
+  return {
+    id: recordId,
+    idHex: recordId.toString('hex'),
+    leaseId,
+    leaseMs: LEASE_MS,
+    ttlMs: TTL_MS,
+  } as Lease;
+}
+
+/**
+ * The TypeORM store on MariaDB, with expiry as an UPDATE on its real table,
+ * to one second before the server's `UTC_TIMESTAMP(6)`, the clock the store's
+ * statements decide by.
+ */
+export function mariadbUnderTest(
+  dataSource: DataSource,
+  store: TypeOrmIdempotencyStore,
+): Promise<StoreUnderTest> {
+  const { table } = store.tableName;
+  const quoted = `\`${table.replace(/`/g, '``')}\``;
+  const moveToPast = async (column: string, onlyInProgress: boolean, id: RecordId) => {
+    const result: { affectedRows?: number } = await dataSource.query(
+      `UPDATE ${quoted} SET ${column} = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND
+       WHERE id = ? ${onlyInProgress ? `AND state = 'IN_PROGRESS'` : ''}`,
+      [recordIdOf(id.scope, id.key)],
+    );
+    if (typeof result?.affectedRows !== 'number') {
+      throw new Error(`MariaDB: an UPDATE answered ${JSON.stringify(result)}; update this helper`);
+    }
+    return result.affectedRows;
+  };
+  return checkedLeaseFor({
+    name: 'MariaDB',
+    store,
+    expiry: 'purge',
+    expireLease: (id) => moveToPast('lease_expires_at', true, id),
+    expireTtl: (id) => moveToPast('expires_at', false, id),
+    leaseFor: sqlLeaseFor,
+  });
+}
+
+/**
+ * Moves one deadline of a Redis record (`le`, the lease, or `e`, the TTL) to one
+ * second before the server's TIME, in the store's own format, and sets the
+ * key's expiry as the store's scripts do: the later of TTL and lease for an
+ * IN_PROGRESS record, the TTL for a COMPLETE one. When both have passed, the
+ * PEXPIREAT is in the past and Redis deletes the key there and then: the
+ * store's own rule, not the helper's.
+ */
+const REDIS_EXPIRE = `
+local r = redis.call('HMGET', KEYS[1], 'st', 'le', 'e')
+if not r[1] then return 0 end
+if ARGV[1] == 'le' and r[1] ~= 'IN_PROGRESS' then return 0 end
+local t = redis.call('TIME')
+local past = string.format('%.3f', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 - 1000)
+redis.call('HSET', KEYS[1], ARGV[1], past)
+local lease, ttl = r[2], r[3]
+if ARGV[1] == 'le' then lease = past else ttl = past end
+local at = tonumber(ttl)
+if r[1] == 'IN_PROGRESS' then at = math.max(at, tonumber(lease)) end
+redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', math.ceil(at)))
+return 1
+`;
+
+/** The Redis store, with expiry as the one-record nudge above. */
+export function redisUnderTest(
+  client: AnyRedisClient,
+  store: RedisIdempotencyStore,
+): Promise<StoreUnderTest> {
+  const move = async (field: 'le' | 'e', id: RecordId) => {
+    const key = store.keys.record(id.scope, id.key).key;
+    return Number(await command(client, key, ['EVAL', REDIS_EXPIRE, '1', key, field]));
+  };
+  return checkedLeaseFor({
+    name: 'Redis',
+    store,
+    expiry: 'backend',
+    expireLease: (id) => move('le', id),
+    expireTtl: (id) => move('e', id),
+    // The store's lease: the record's key names and its digest for log lines.
+    leaseFor: (id, leaseId) =>
+      ({
         leaseId,
         leaseMs: LEASE_MS,
         ttlMs: TTL_MS,
-      } as Lease;
-    },
+        names: store.keys.record(id.scope, id.key),
+        digest: storedKeyDigest(id.scope, id.key),
+      }) as Lease,
   });
 }
 
@@ -141,6 +232,7 @@ export function inMemoryUnderTest(): Promise<StoreUnderTest> {
   return checkedLeaseFor({
     name: 'in-memory',
     store,
+    expiry: 'purge',
     expireLease: async (id) => {
       const record = recordOf(id);
       if (record?.state !== 'IN_PROGRESS') return 0;
