@@ -3,7 +3,7 @@ import { IdempotencyConfigError } from '../core/errors';
 import { compilePolicy, ExecutionPolicy } from '../core/policy';
 import type { IdempotencyRmqOptions } from './idempotency.options';
 import { DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS } from './idempotency.options';
-import type { IdempotentOptions, KeySource } from './idempotent.decorator';
+import type { IdempotentOptions, KeySource } from './handler-options';
 import { CompiledKeyExpression, compileKeyExpression } from './key-expression';
 import { compileRmq, ModuleSettings } from './module-settings';
 import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from './nest-metadata';

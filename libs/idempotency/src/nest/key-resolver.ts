@@ -1,6 +1,6 @@
 import { IdempotencyKeyError } from '../core/errors';
 import type { HandlerPlan } from './handler-plan';
-import type { KeySource } from './idempotent.decorator';
+import type { KeySource } from './handler-options';
 
 export type ResolvedKey = { kind: 'key'; key: string } | { kind: 'absent' };
 

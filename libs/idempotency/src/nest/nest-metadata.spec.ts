@@ -31,8 +31,8 @@ describe('NEST_METADATA: the keys Nest decorators write', () => {
       return 'r';
     }
 
-    @EventPattern('event')
-    event() {
+    @EventPattern<string>('event')
+    event(_data: unknown) {
       return undefined;
     }
   }

@@ -20,7 +20,7 @@ import type { StoredPayload } from '../../core/store';
 import type { HandlerPlan } from '../handler-plan';
 import { readKeyHeader } from '../http/key-header';
 import type { StoredRpcResult } from '../idempotency.options';
-import type { GraphqlKeySource } from '../idempotent.decorator';
+import type { GraphqlKeySource } from '../handler-options';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
 import { toPlain } from '../plain-value';

@@ -17,7 +17,7 @@ import { decodeValue, encodeValue, notStorableReason } from '../../core/payload'
 import type { StoredPayload } from '../../core/store';
 import type { HandlerPlan } from '../handler-plan';
 import type { StoredRpcResult } from '../idempotency.options';
-import type { RpcKeySource } from '../idempotent.decorator';
+import type { RpcKeySource } from '../handler-options';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
 import { toPlain } from '../plain-value';

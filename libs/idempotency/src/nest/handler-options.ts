@@ -1,0 +1,80 @@
+/**
+ * The options of `@Idempotent` and the views a key function sees: types only,
+ * so the adapters read them without importing the decorator.
+ */
+import type { ExecutionContext } from '@nestjs/common';
+import type { Duration } from '../core/duration';
+import type { IdempotencyRmqOptions } from './idempotency.options';
+
+/** The read-only view a key function (or expression) sees for an HTTP request. */
+export interface HttpKeySource {
+  type: 'http';
+  body: unknown;
+  params: Record<string, unknown>;
+  query: Record<string, unknown>;
+  headers: Record<string, unknown>;
+  user: unknown;
+  context: ExecutionContext;
+}
+
+/** The read-only view a key function (or expression) sees for a message. */
+export interface RpcKeySource {
+  type: 'rpc';
+  /** The payload, before pipes run. */
+  data: unknown;
+  /**
+   * The transport's message: Kafka key/headers/topic/partition/offset (bytes
+   * as lossless strings, see docs/messages.md), RabbitMQ properties/headers/fields.
+   */
+  message: Record<string, unknown>;
+  context: ExecutionContext;
+}
+
+/** The read-only view a key function (or expression) sees for a GraphQL mutation. */
+export interface GraphqlKeySource {
+  type: 'graphql';
+  /** The mutation's arguments, before pipes run. */
+  args: Record<string, unknown>;
+  /** The HTTP request's headers. */
+  headers: Record<string, unknown>;
+  user: unknown;
+  /** The mutation field, e.g. `createPayment`. */
+  fieldName: string;
+  context: ExecutionContext;
+}
+
+export type KeySource = HttpKeySource | RpcKeySource | GraphqlKeySource;
+
+export interface IdempotentOptions {
+  /**
+   * Where the key comes from: a function, or an expression over the read-only
+   * roots (`body`, `params`, `query`, `headers`, `user` for HTTP; `data`,
+   * `message` for messages; `args`, `headers`, `user` for GraphQL mutations),
+   * e.g. `'data.orderId'` or `'order:{body.customerId}:{body.orderId}'`.
+   * HTTP and GraphQL default: the `Idempotency-Key` header.
+   */
+  key?: string | ((source: KeySource) => string | number | undefined);
+  /** Record namespace. Default `ClassName.methodName` (refused at bootstrap if two handlers would share it). */
+  scope?: string;
+  lease?: Duration;
+  waitTimeout?: Duration;
+  ttl?: Duration;
+  /**
+   * HTTP default true: SHA-256 of the method, the concrete path, the canonical
+   * query and the body; GraphQL: of the mutation's name and arguments.
+   * `false`, or your own function.
+   */
+  fingerprint?: boolean | ((source: KeySource) => string | undefined);
+  /** Whether a missing key is an error (default) or runs the handler without idempotency. */
+  required?: boolean;
+  /** RabbitMQ: this consumer's `noAck` and settlements, over the module's `rmq`. */
+  rmq?: IdempotencyRmqOptions;
+  /**
+   * `observe`: the handler always runs and its response is never changed;
+   * events (`observed`) and metrics say what `enforce` (the default) would
+   * have done. For switching the library on in production before trusting it.
+   */
+  mode?: IdempotencyMode;
+}
+
+export type IdempotencyMode = 'enforce' | 'observe';
