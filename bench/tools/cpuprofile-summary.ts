@@ -24,10 +24,9 @@ interface Profile {
 
 /** Rows that are not CPU spent on requests: waiting, scheduling, module loading at startup. */
 const NOT_REQUEST_WORK =
-  /^\((idle|program)\)|^writev |modules\/cjs\/loader|modules\/esm|@swc|typescript|pirates/;
+  /^\((idle|program)\)|^writev|modules\/cjs\/loader|modules\/esm|@swc|typescript|pirates/;
 
 function ownerOf(url: string): string {
-  if (!url) return '(V8: GC, microtasks, natives)';
   const lib = url.match(/libs\/idempotency\/src\/(.*)$/);
   if (lib) return `library ${lib[1]}`;
   const pkg = url.match(/node_modules\/((@[^/]+\/)?[^/]+)/);
@@ -45,9 +44,10 @@ function selfTimes(file: string, perRequest: number) {
   profile.samples.forEach((id, i) => {
     const { functionName, url, lineNumber } = byId.get(id)!.callFrame;
     const us = profile.timeDeltas[i] ?? 0;
-    const fn = `${functionName || '(anonymous)'} ${ownerOf(url)}${url ? `:${lineNumber + 1}` : ''}`;
-    add(functions, fn, us);
-    add(owners, url ? ownerOf(url) : functionName.startsWith('(') ? functionName : ownerOf(''), us);
+    // Without a URL: V8 itself ((garbage collector), runMicrotasks) or a native binding (writev).
+    const owner = url ? ownerOf(url) : `${functionName} (native)`;
+    add(functions, url ? `${functionName || '(anonymous)'} ${owner}:${lineNumber + 1}` : owner, us);
+    add(owners, owner, us);
   });
   return { owners, functions };
 }
