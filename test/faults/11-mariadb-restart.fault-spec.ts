@@ -29,16 +29,18 @@ const HOW = 'apt-get install mariadb-server, or put mariadbd and mariadb-install
  * a failing test with IDEMPOTENCY_TEST_REQUIRE_MARIADB=1 (CI).
  */
 function describeIfMariadb(name: string, body: () => void): void {
-  if (found.available) return describe(name, body);
-  if (process.env.IDEMPOTENCY_TEST_REQUIRE_MARIADB === '1') {
-    return describe(name, () => {
+  if (found.available) {
+    describe(name, body);
+  } else if (process.env.IDEMPOTENCY_TEST_REQUIRE_MARIADB === '1') {
+    describe(name, () => {
       it('needs the MariaDB binaries (IDEMPOTENCY_TEST_REQUIRE_MARIADB=1)', () => {
         throw new Error(`${found.reason}; ${HOW}`);
       });
     });
+  } else {
+    console.warn(`\n[faults] case 11 skipped: ${found.reason}; ${HOW}.`);
+    describe.skip(name, body);
   }
-  console.warn(`\n[faults] case 11 skipped: ${found.reason}; ${HOW}.`);
-  describe.skip(name, body);
 }
 
 describeIfMariadb('fault 11: MariaDB restarted during actions and completions', () => {

@@ -126,6 +126,12 @@ export interface RedisServers {
   ports: number[];
   dir: string;
   stop(): Promise<void>;
+  /**
+   * Cluster only: starts the node on `port` again with its own arguments and
+   * nodes file (killing it first if it still runs), as an operator would bring
+   * a failed node back; a failed-over master rejoins as a replica.
+   */
+  restart?(port: number): Promise<RedisServer>;
 }
 
 /** Standalone servers (a master and, with `replicas`, servers replicating from it). */
@@ -192,22 +198,24 @@ export async function startCluster(options: ClusterOptions = {}): Promise<RedisS
       while (ports.includes(port)) port = await freePort(true);
       ports.push(port);
     }
-    for (const port of ports) {
-      servers.push(
-        await startRedisServer(dir, port, [
-          '--cluster-enabled',
-          'yes',
-          '--cluster-config-file',
-          join(dir, `nodes-${port}.conf`),
-          '--dbfilename',
-          `dump-${port}.rdb`,
-          ...(options.nodeTimeoutMs
-            ? ['--cluster-node-timeout', String(options.nodeTimeoutMs)]
-            : []),
-          ...(options.args ?? []),
-        ]),
-      );
-    }
+    const nodeArgs = (port: number) => [
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      join(dir, `nodes-${port}.conf`),
+      '--dbfilename',
+      `dump-${port}.rdb`,
+      ...(options.nodeTimeoutMs ? ['--cluster-node-timeout', String(options.nodeTimeoutMs)] : []),
+      ...(options.args ?? []),
+    ];
+    for (const port of ports) servers.push(await startRedisServer(dir, port, nodeArgs(port)));
+    const restart = async (port: number) => {
+      const at = servers.findIndex((s) => s.port === port);
+      if (at < 0) throw new Error(`no node on ${port}`);
+      await servers[at].kill();
+      servers[at] = await startRedisServer(dir, port, nodeArgs(port));
+      return servers[at];
+    };
     const created = spawnSync(
       'redis-cli',
       [
@@ -236,7 +244,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<RedisS
       }
     }
     if (replicas > 0) await replicasInSync(ports, deadline);
-    return { servers, ports, dir, stop };
+    return { servers, ports, dir, stop, restart };
   } catch (error) {
     await stop();
     throw error;
@@ -281,7 +289,7 @@ export function clusterNodes(port: number): ClusterNode[] {
 }
 
 /** Waits until every replica in the cluster reports `master_link_status:up`. */
-async function replicasInSync(ports: number[], deadline: number): Promise<void> {
+export async function replicasInSync(ports: number[], deadline: number): Promise<void> {
   for (;;) {
     const lagging = ports.filter((port) => {
       const info = spawnSync('redis-cli', ['-p', String(port), 'info', 'replication'], {
