@@ -4,7 +4,11 @@
  * peer). Nothing else in the library loads this file.
  */
 export { RedisIdempotencyStore } from './stores/redis/redis.store';
-export type { RedisIdempotencyStoreOptions } from './stores/redis/redis.store';
+export type {
+  RedisIdempotencyStoreOptions,
+  RedisIdempotencyStoreFromUrlOptions,
+} from './stores/redis/redis.store';
+export type { RedisConnectionOptions } from './stores/redis/from-url';
 export type {
   RedisIdempotencyClient,
   RedisStandaloneClient,

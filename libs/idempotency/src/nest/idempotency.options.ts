@@ -4,6 +4,7 @@ import type { IdempotencyEvent } from '../core/events';
 import type { IdempotencyLogger } from '../core/logger';
 import type { IdempotencyStore } from '../core/store';
 import type { ReplayCacheOptions } from '../stores/cache/replay-cache.store';
+import type { RedisIdempotencyStoreFromUrlOptions } from '../stores/redis/redis.store';
 
 /**
  * What `sanitize` is shown for an HTTP response before it is stored: a copy,
@@ -99,9 +100,26 @@ export interface IdempotencyPurgeOptions {
   batchSize?: number;
 }
 
+/**
+ * A store the module builds from options, and owns: it connects it at
+ * bootstrap (`init()`) and closes it at shutdown.
+ */
+export interface IdempotencyStoreFromOptions {
+  /**
+   * `RedisIdempotencyStore.fromUrl(url, options)`: a client of its own on
+   * `url` (`redis://` or `rediss://`), or on a Cluster's seed nodes with
+   * `cluster: true`, and the Redis store's options (`keyPrefix`, …). Needs
+   * the `redis` package, which is loaded only then.
+   */
+  redis: { url: string | readonly string[] } & RedisIdempotencyStoreFromUrlOptions;
+}
+
 export interface IdempotencyModuleOptions {
-  /** Where records live. Required: there is no implicit fallback. */
-  store: IdempotencyStore;
+  /**
+   * Where records live: an `IdempotencyStore`, or options the module builds
+   * one from (`{ redis: { url } }`). Required: there is no implicit fallback.
+   */
+  store: IdempotencyStore | IdempotencyStoreFromOptions;
   defaults?: IdempotencyDefaults;
   http?: IdempotencyHttpOptions;
   /**

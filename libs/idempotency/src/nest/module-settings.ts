@@ -2,6 +2,8 @@ import { parseDuration } from '../core/duration';
 import { IdempotencyConfigError } from '../core/errors';
 import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
 import type { IdempotencyStore } from '../core/store';
+// Loads no `redis`: only `fromUrl` does, when `store: { redis }` asks for it.
+import { RedisIdempotencyStore } from '../stores/redis/redis.store';
 import {
   DEFAULT_KEY_HEADER,
   DEFAULT_MAX_BODY_BYTES,
@@ -10,6 +12,7 @@ import {
   IdempotencyDefaults,
   IdempotencyModuleOptions,
   IdempotencyRmqOptions,
+  IdempotencyStoreFromOptions,
   RmqSettlement,
 } from './idempotency.options';
 
@@ -34,14 +37,10 @@ export interface ModuleSettings {
 }
 
 /** Throws `IdempotencyConfigError` naming the option, so a typo fails the bootstrap rather than a request. */
-export function compileModuleSettings(
-  options: IdempotencyModuleOptions | undefined,
-): ModuleSettings {
-  if (!options?.store || typeof options.store.tryAcquire !== 'function') {
-    throw new IdempotencyConfigError(
-      `${WHERE}: option "store" is required (an IdempotencyStore such as new TypeOrmIdempotencyStore(dataSource) from nest-idempotency/typeorm)`,
-    );
-  }
+export function compileModuleSettings(given: IdempotencyModuleOptions | undefined): ModuleSettings {
+  const store = compileStore(given?.store);
+  // compileStore threw if there were no options.
+  const options = given as IdempotencyModuleOptions;
   const defaults = options.defaults ?? {};
   for (const kind of ['lease', 'waitTimeout', 'ttl'] as const) {
     if (defaults[kind] !== undefined)
@@ -76,7 +75,7 @@ export function compileModuleSettings(
   }
   return {
     options,
-    store: options.store,
+    store,
     defaults,
     keyHeader: http.keyHeader ?? DEFAULT_KEY_HEADER,
     required: http.required ?? true,
@@ -88,6 +87,41 @@ export function compileModuleSettings(
     openapi: http.openapi ?? true,
     purge: compilePurge(options.purge),
   };
+}
+
+/** The configured store, or the one `{ redis: { url } }` describes (created here, connected by `init()`). */
+function compileStore(option: IdempotencyModuleOptions['store'] | undefined): IdempotencyStore {
+  if (typeof (option as IdempotencyStore | undefined)?.tryAcquire === 'function') {
+    return option as IdempotencyStore;
+  }
+  if (option && typeof option === 'object' && 'redis' in option) {
+    return redisStoreFrom((option as IdempotencyStoreFromOptions).redis);
+  }
+  throw new IdempotencyConfigError(
+    `${WHERE}: option "store" is required (an IdempotencyStore such as new TypeOrmIdempotencyStore(dataSource) from nest-idempotency/typeorm)`,
+  );
+}
+
+function redisStoreFrom(redis: IdempotencyStoreFromOptions['redis'] | undefined): IdempotencyStore {
+  const where = `${WHERE}: option "store.redis"`;
+  if (!redis || typeof redis !== 'object') {
+    throw new IdempotencyConfigError(
+      `${where} must be an object such as { url: 'redis://host:6379' }`,
+    );
+  }
+  const { url, ...options } = redis;
+  if (url === undefined || url === null || url === '') {
+    throw new IdempotencyConfigError(
+      `${where}.url is required: a redis:// or rediss:// URL (with cluster: true, one or more seed nodes)`,
+    );
+  }
+  try {
+    return RedisIdempotencyStore.fromUrl(url, options);
+  } catch (error) {
+    if (!(error instanceof IdempotencyConfigError)) throw error;
+    const message = error.message.replace(/^RedisIdempotencyStore(\.fromUrl)?:?\s*/, '');
+    throw new IdempotencyConfigError(`${where}: ${message}`, { cause: error });
+  }
 }
 
 function compileProblemTypes(option: unknown): (code: string) => string {

@@ -26,6 +26,7 @@ import { isCluster, isNoScript, RedisCommands, RedisIdempotencyClient } from './
 import { DEFAULT_KEY_PREFIX, RecordNames, RedisKeys } from './keys';
 import { ACQUIRE, COMPLETE, EXTEND, RedisScript, RELEASE, SCRIPTS, VIEW } from './scripts';
 import { ClusterWakeups, StandaloneWakeups, Wakeups } from './wakeups';
+import { createOwnedConnection, OwnedRedisConnection, RedisConnectionOptions } from './from-url';
 
 export interface RedisIdempotencyStoreOptions {
   /**
@@ -52,6 +53,10 @@ export interface RedisIdempotencyStoreOptions {
   logger?: IdempotencyLogger;
 }
 
+/** `RedisIdempotencyStore.fromUrl`'s options: the store's, and how to connect. */
+export type RedisIdempotencyStoreFromUrlOptions = RedisIdempotencyStoreOptions &
+  RedisConnectionOptions;
+
 /** The lease a Redis store hands out: the record's names, computed once at acquisition. */
 interface RedisLease extends Lease {
   readonly names: RecordNames;
@@ -71,9 +76,10 @@ const SCAN_COUNT = '1000';
  * docs/redis.md for the layout, the round trips and what survives a restart
  * or a failover.
  *
- * The client is the application's: the store never connects or closes it.
- * It opens one connection of its own (per shard on a Cluster) for its
- * subscriptions, on the first wait, and closes it in `close()`.
+ * The client is the application's: the store never connects or closes it
+ * (unless the store made it itself, with `fromUrl`). It opens one connection
+ * of its own (per shard on a Cluster) for its subscriptions, on the first
+ * wait, and closes it in `close()`.
  */
 export class RedisIdempotencyStore implements IdempotencyStore {
   readonly keys: RedisKeys;
@@ -88,6 +94,29 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   private readonly logger: IdempotencyLogger;
   private readonly publish: 'PUBLISH' | 'SPUBLISH';
   private ready?: Promise<void>;
+  /** Set by `fromUrl`: the client is the store's own, connected by `init()` and closed by `close()`. */
+  private owned?: OwnedRedisConnection;
+
+  /**
+   * A store on a client of its own, created from a `redis://` or `rediss://`
+   * URL (or, with `cluster: true`, a Cluster's seed nodes): `init()` connects
+   * it (bounded by `connectTimeoutMs`) and `close()` closes it. The Nest module
+   * calls both; `IdempotencyModule.forRoot({ store: { redis: { url } } })` calls
+   * this. Loads the `redis` package, and fails with `IdempotencyConfigError`
+   * when it is missing or the URL is not a Redis URL (the message never
+   * contains the URL).
+   */
+  static fromUrl(
+    url: string | readonly string[],
+    options: RedisIdempotencyStoreFromUrlOptions = {},
+  ): RedisIdempotencyStore {
+    const { cluster, connectTimeoutMs, clientOptions, ...storeOptions } = options;
+    const logger = storeOptions.logger ?? defaultLogger();
+    const owned = createOwnedConnection(url, { cluster, connectTimeoutMs, clientOptions }, logger);
+    const store = new RedisIdempotencyStore(owned.client, { ...storeOptions, logger });
+    store.owned = owned;
+    return store;
+  }
 
   constructor(
     readonly client: RedisIdempotencyClient,
@@ -118,10 +147,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       positive('waitForReplicas.timeoutMs', timeoutMs, 1);
       this.replicas = { replicas, timeoutMs };
     }
-    this.logger = options.logger ?? {
-      warn: (m) => console.warn(`[nest-idempotency] ${m}`),
-      error: (m) => console.error(`[nest-idempotency] ${m}`),
-    };
+    this.logger = options.logger ?? defaultLogger();
     this.commands = new RedisCommands(client, this.timeoutMs);
     if (isCluster(client)) {
       this.publish = 'SPUBLISH';
@@ -149,18 +175,26 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * it (a missing script is sent again on NOSCRIPT).
    */
   init(): Promise<void> {
-    this.ready ??= this.prepare().catch((error) => {
+    this.ready ??= (async () => {
+      await this.owned?.connect();
+      await this.prepare();
+    })().catch((error) => {
       this.ready = undefined;
       throw error;
     });
     return this.ready;
   }
 
-  /** Closes the store's subscriber connection and wakes waiters. The application's client stays open. */
+  /**
+   * Closes the store's subscriber connection and wakes waiters. The
+   * application's client stays open; a client the store created itself
+   * (`fromUrl`) is closed too.
+   */
   async close(): Promise<void> {
     this.ready = undefined;
     await this.wakeups.close();
     this.waiters.notifyAll();
+    await this.owned?.close();
   }
 
   onWait(listener: (scope: string) => void): () => void {
@@ -432,6 +466,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       }
     }
   }
+}
+
+function defaultLogger(): IdempotencyLogger {
+  return {
+    warn: (m) => console.warn(`[nest-idempotency] ${m}`),
+    error: (m) => console.error(`[nest-idempotency] ${m}`),
+  };
 }
 
 /** The creation time in microseconds, for ordering records created in the same millisecond. */
