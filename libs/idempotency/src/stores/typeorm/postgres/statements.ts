@@ -38,10 +38,8 @@ const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created
 /** ./decide.ts isStealable, in SQL. */
 const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= now()) OR (state = 'COMPLETE' AND expires_at <= now()))`;
 /** ./decide.ts isPurgeable, in SQL: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
-const purgeable = (alias?: string) => {
-  const c = (column: string) => (alias ? `${alias}.${column}` : column);
-  return `(${c('expires_at')} <= now() AND (${c('state')} = 'COMPLETE' OR ${c('lease_expires_at')} <= now()))`;
-};
+const purgeable = () =>
+  `(expires_at <= now() AND (state = 'COMPLETE' OR lease_expires_at <= now()))`;
 const ms = (param: string) => `(${param}::double precision * interval '1 millisecond')`;
 
 export function buildStatements(name: TableName): Statements {
@@ -111,7 +109,17 @@ export function buildStatements(name: TableName): Statements {
       WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
       RETURNING 1 AS kept`,
     // One bounded batch; SKIP LOCKED lets several instances purge side by side
-    // without waiting on each other or on live traffic. The rule is rechecked on delete.
+    // without waiting on each other or on live traffic.
+    //
+    // The delete is keyed by the victims' ids alone. Each victim is already
+    // locked by this statement, and the lock (FOR UPDATE under READ COMMITTED)
+    // re-evaluated the rule on the row's newest version, which nobody can change
+    // before this statement commits; `now()` is fixed for the statement. So the
+    // rule needs no second test, and repeating it would let the planner drive the
+    // delete from the expires_at index, testing every expired row against the id
+    // array: with statistics from before the rows expired that is quadratic
+    // (measured: 490 to 780 ms per 1,000-row batch among 20k expired and 20k live rows).
+    // Keyed by id alone, the delete probes the primary key once per victim.
     purgeBatch: `
       WITH victims AS (
         SELECT id FROM ${t} WHERE ${purgeable()}
@@ -119,11 +127,7 @@ export function buildStatements(name: TableName): Statements {
         LIMIT $1
         FOR UPDATE SKIP LOCKED
       ), gone AS (
-        -- Keyed by the victims' ids, not joined: with statistics from before the rows
-        -- expired, a join may be driven from the expires_at index and read every
-        -- expired row per batch (measured: 1.8 s instead of 15 ms per 1,000 rows).
-        DELETE FROM ${t} r
-        WHERE r.id = ANY (ARRAY(SELECT id FROM victims)) AND ${purgeable('r')}
+        DELETE FROM ${t} WHERE id = ANY (ARRAY(SELECT id FROM victims))
         RETURNING 1
       )
       SELECT count(*)::int AS purged FROM gone`,
