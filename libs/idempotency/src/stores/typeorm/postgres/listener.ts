@@ -1,6 +1,8 @@
 import type { Client, Pool } from 'pg';
+import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import { IdempotencyLogger } from '../../../core/logger';
 import { WaiterRegistry } from '../../../core/waiters';
+import { withinTimeout } from '../bounded-query';
 import { quoteIdent } from '../table';
 
 /**
@@ -58,11 +60,20 @@ export class PgNotificationListener {
         this.registry.notify(message.payload);
     });
     try {
+      // Both bounded: a waiter awaits this before its first look, so a server that
+      // accepts the connection and then never answers must not hold it forever.
       await client.connect();
-      await client.query(`LISTEN ${quoteIdent(this.channel)}`);
+      await withinTimeout(
+        client.query(`LISTEN ${quoteIdent(this.channel)}`),
+        this.connectTimeoutMs,
+        'LISTEN',
+      );
     } catch (error) {
       client.removeAllListeners('end');
-      await client.end().catch(() => undefined);
+      // Not awaited: ending a connection that stopped answering may never finish,
+      // so one that timed out is also dropped at once.
+      client.end().catch(() => undefined);
+      if (error instanceof IdempotencyStoreUnavailableError) socketOf(client)?.destroy();
       this.logger.debug?.(`LISTEN connection failed: ${(error as Error).message}`);
       this.scheduleReconnect();
       return false;
@@ -97,4 +108,10 @@ export class PgNotificationListener {
     this.reconnectTimer.unref();
     this.reconnectDelayMs = Math.min(this.reconnectDelayMs * 2, 5000);
   }
+}
+
+/** The socket under a `pg` Client (not part of its typed API). */
+function socketOf(client: Client): { destroy(): void } | undefined {
+  return (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection
+    ?.stream;
 }
