@@ -157,7 +157,8 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
       insert: preparedName('bench_floor_insert', floorSql.insert),
       complete: preparedName('bench_floor_complete', floorSql.complete),
       select: preparedName('bench_floor_select', floorSql.select),
-      acquire: preparedName('acquire', storeSql.acquire),
+      storeInsert: preparedName('insert', storeSql.insert),
+      peek: preparedName('peek', storeSql.peek),
       storeComplete: preparedName('complete', storeSql.complete),
     };
     const run = randomBytes(3).toString('hex');
@@ -196,8 +197,9 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         ]);
         if (done.rowCount !== 1) throw new Error('floor: complete refused');
       } else {
-        // As the store sends them: watch = true, since the policy waits (waitTimeout 10 s).
-        const acquired = await send(variant, names.acquire, storeSql.acquire, [
+        // As the store sends them on a fresh key once the scope's traffic is mostly fresh
+        // keys: the insert first, then the completion (which notifies only when watched).
+        const inserted = await send(variant, names.storeInsert, storeSql.insert, [
           id,
           SCOPE,
           key,
@@ -205,17 +207,13 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
           LEASE_MS,
           TTL_MS,
           null,
-          true,
         ]);
-        if (acquired.rows[0]?.outcome !== 'acquired')
-          throw new Error(`${variant}: fresh key not acquired`);
+        if (inserted.rowCount !== 1) throw new Error(`${variant}: fresh key not inserted`);
         const done = await send(variant, names.storeComplete, storeSql.complete, [
           id,
           leaseId,
           payloadOf(key),
           TTL_MS,
-          channel,
-          id.toString('hex'),
         ]);
         if (done.rows.length !== 1) throw new Error(`${variant}: complete refused`);
       }
@@ -240,16 +238,8 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
       const { rows } =
         variant === 'floor'
           ? await send(variant, names.select, floorSql.select, [id])
-          : await send(variant, names.acquire, storeSql.acquire, [
-              id,
-              SCOPE,
-              key,
-              randomUUID(),
-              LEASE_MS,
-              TTL_MS,
-              null,
-              true,
-            ]);
+          : // As the store sends it once the scope's traffic is mostly replays: the peek alone.
+            await send(variant, names.peek, storeSql.peek, [id]);
       if (rows[0]?.state !== 'COMPLETE') throw new Error(`${variant}: completed key not replayed`);
     };
     const replay: Record<Variant, (caller: number, i: number) => Promise<void>> = {
@@ -398,7 +388,7 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         ]),
       ],
       method: [
-        `Floor: ${config.concurrency} callers, pool ${config.pool} on every side (connections kept open), one table. The floor is the minimum SQL, not the store's: a first execution is one prepared \`INSERT … ON CONFLICT (id) DO NOTHING\` (the new IN_PROGRESS record) and one prepared \`UPDATE … WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'\` (the fenced completion storing the payload), with no CTE and no NOTIFY; a replay is one prepared \`SELECT\` of the record's columns by primary key. The floor computes the same sha256 record id, a fresh lease UUID and the same payload bytes as the store. The store runs through \`IdempotencyEngine.run\` with a policy compiled once (lease 30 s, waitTimeout 10 s, ttl 24 h). ${extra.length ? `Diagnostic variants: ${extra.map((v) => LABELS[v]).join('; ')}, with the parameters the store passes (watch = true, as for a caller that would wait). ` : ''}${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of ${variants.join(' / ')}, ${config.seconds} s each; a ratio is the median of the rounds' ratios (store ÷ floor in the same round). PostgreSQL CPU per operation: the server backends of each pool's connections, found by application_name in \`pg_stat_activity\`, utime + stime from /proc before and after each run${ctx.external ? '' : ', and the whole embedded server (the benchmark process tree minus this process)'}; Node: \`process.cpuUsage()\`.`,
+        `Floor: ${config.concurrency} callers, pool ${config.pool} on every side (connections kept open), one table. The floor is the minimum SQL, not the store's: a first execution is one prepared \`INSERT … ON CONFLICT (id) DO NOTHING\` (the new IN_PROGRESS record) and one prepared \`UPDATE … WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'\` (the fenced completion storing the payload), with no CTE and no NOTIFY; a replay is one prepared \`SELECT\` of the record's columns by primary key. The floor computes the same sha256 record id, a fresh lease UUID and the same payload bytes as the store. The store runs through \`IdempotencyEngine.run\` with a policy compiled once (lease 30 s, waitTimeout 10 s, ttl 24 h). ${extra.length ? `Diagnostic variants: ${extra.map((v) => LABELS[v]).join('; ')}, sending the statements the store sends on its settled path: \`insert\` and \`complete\` for a fresh key, \`peek\` for a replay (the store tries the insert or the peek first by what the scope's recent acquisitions found, so after the warm-up these are its only statements). ` : ''}${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of ${variants.join(' / ')}, ${config.seconds} s each; a ratio is the median of the rounds' ratios (store ÷ floor in the same round). PostgreSQL CPU per operation: the server backends of each pool's connections, found by application_name in \`pg_stat_activity\`, utime + stime from /proc before and after each run${ctx.external ? '' : ', and the whole embedded server (the benchmark process tree minus this process)'}; Node: \`process.cpuUsage()\`.`,
       ],
       notes: floorNotes({
         variants,
@@ -414,7 +404,6 @@ export async function floorSection(ctx: BenchContext): Promise<SectionResult> {
         cpu: Object.fromEntries(
           variants.map((v) => [v, { first: perOp(firsts[v]), replay: perOp(replays[v]) }]),
         ) as Record<Variant, { first: PerOp; replay: PerOp }>,
-        acquireBytes: Buffer.byteLength(storeSql.acquire),
       }),
     };
   } finally {
@@ -432,7 +421,6 @@ function floorNotes(x: {
   ratios: { first: number; replay: number };
   storeSql?: { first: number; replay: number; storeFirst: number; storeReplay: number };
   cpu: Record<Variant, { first: PerOp; replay: PerOp }>;
-  acquireBytes: number;
 }): string[] {
   const us = (v?: number) => (v === undefined ? '?' : `${v.toFixed(0)} µs`);
   const missed = [
@@ -450,7 +438,7 @@ function floorNotes(x: {
   if (x.storeSql) {
     const sql = x.cpu['store-sql'];
     notes.push(
-      `Where the gap is: the store's own statements sent straight through \`pg\` run at ${x.storeSql.first.toFixed(2)} of the floor for first executions and ${x.storeSql.replay.toFixed(2)} for replays (PostgreSQL CPU ${us(sql.first.backends)} and ${us(sql.replay.backends)} per operation), and the store runs at ${x.storeSql.storeFirst.toFixed(2)} and ${x.storeSql.storeReplay.toFixed(2)} of its own SQL sent that way (Node CPU ${us(store.first.node)} against ${us(sql.first.node)} per first execution, ${us(store.replay.node)} against ${us(sql.replay.node)} per replay). The first split is the SQL (the acquire statement is ${(x.acquireBytes / 1024).toFixed(1)} KiB: steal, insert and mark CTEs and a final read, each probing the primary key), the second the library's work in Node (engine, record-id hash, key digest, waiter ticket, pool checkout, logger call, timeout race, heartbeat timer).`,
+      `Where the gap is: the store's own statements sent straight through \`pg\` run at ${x.storeSql.first.toFixed(2)} of the floor for first executions and ${x.storeSql.replay.toFixed(2)} for replays (PostgreSQL CPU ${us(sql.first.backends)} and ${us(sql.replay.backends)} per operation), and the store runs at ${x.storeSql.storeFirst.toFixed(2)} and ${x.storeSql.storeReplay.toFixed(2)} of its own SQL sent that way (Node CPU ${us(store.first.node)} against ${us(sql.first.node)} per first execution, ${us(store.replay.node)} against ${us(sql.replay.node)} per replay). The first split is the SQL (the store's insert, completion and peek against the floor's: RETURNING watched on the completion, the times relative to the server's clock in the peek), the second the library's work in Node (engine, record-id hash, waiter ticket, pool checkout, logger check, deadline queue, heartbeat timer).`,
     );
   }
   if (x.variants.includes('unnamed-sql')) {

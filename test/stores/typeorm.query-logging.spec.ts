@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource, Logger } from 'typeorm';
-import { encodeValue, keyDigest } from 'nest-idempotency';
+import { encodeValue, keyDigest, storedScope } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
@@ -110,15 +110,20 @@ describe('TypeOrmIdempotencyStore and query logging', () => {
     // Each statement of each call reached the logger...
     const statements = logger.entries.filter((e) => e.method === 'logQuery');
     const texts = statements.map((e) => e.query ?? '');
-    expect(texts.filter((q) => q.includes('WITH stolen AS')).length).toBeGreaterThanOrEqual(5);
-    expect(texts.filter((q) => q.includes('WITH done AS'))).toHaveLength(1);
-    expect(texts.filter((q) => q.includes('WITH gone AS'))).toHaveLength(1);
-    expect(texts.filter((q) => q.includes('SET lease_expires_at'))).toHaveLength(1);
-    expect(texts.filter((q) => q.includes('WITH victims AS'))).toHaveLength(1);
+    const count = (pattern: RegExp) => texts.filter((q) => pattern.test(q)).length;
+    // Three fresh keys inserted; the watching look and the replay found the record.
+    expect(count(/INSERT INTO .* ON CONFLICT/s)).toBeGreaterThanOrEqual(3);
+    expect(count(/AS lease_left_ms/)).toBeGreaterThanOrEqual(2); // the peek
+    expect(count(/SET watched = true/)).toBe(1);
+    expect(count(/SET state = 'COMPLETE'/)).toBe(1);
+    expect(count(/pg_notify/)).toBe(1); // the waiter had marked the record watched
+    expect(count(/^\s*DELETE FROM .* RETURNING watched$/s)).toBe(1);
+    expect(count(/SET lease_expires_at/)).toBe(1);
+    expect(count(/WITH victims AS/)).toBe(1);
     expect(texts.filter((q) => q.includes('WHERE id = $1') && q.startsWith('SELECT'))).toHaveLength(
       1,
     );
-    expect(texts.filter((q) => q.includes('ORDER BY created_at DESC'))).toHaveLength(1);
+    expect(count(/ORDER BY created_at DESC/)).toBe(1);
 
     // ...with neither key nor payload in any text or parameter. Only positions are
     // reported, so a failure never prints what it found.
@@ -149,5 +154,42 @@ describe('TypeOrmIdempotencyStore and query logging', () => {
     expect(keyDigest(scope, key)).toMatch(/^PaymentsController\.create\/#[0-9a-f]{12}$/);
     // Payloads appear as their size.
     expect(parameters).toContain(`<${payload.length} bytes>`);
+  });
+
+  it("never hands the logger a tenant: a tenant's stored scope is shown without it", async () => {
+    const tenant = `tenant-${randomUUID()}`;
+    const scope = storedScope('PaymentsController.create', tenant);
+    const key = `raw-key-${randomUUID()}`;
+    const request = (waitTimeoutMs = 0) => ({
+      scope,
+      key,
+      leaseMs: 30_000,
+      waitTimeoutMs,
+      ttlMs: 60_000,
+      fingerprint: null,
+    });
+    logger.entries.length = 0;
+
+    const acquired = await store.tryAcquire(request());
+    if (acquired.kind !== 'acquired') throw new Error(`expected to acquire, got ${acquired.kind}`);
+    await expect(store.tryAcquire(request(50))).resolves.toMatchObject({ kind: 'in-flight' });
+    await store.complete(acquired.lease, encodeValue('v'));
+    await expect(store.tryAcquire(request())).resolves.toMatchObject({ kind: 'duplicate' });
+    await expect(store.list({ scope })).resolves.toHaveLength(1);
+    await expect(store.find({ scope, key })).resolves.toMatchObject({ scope });
+
+    const statements = logger.entries.filter((e) => e.method === 'logQuery');
+    expect(statements.length).toBeGreaterThanOrEqual(6);
+    const leaks: string[] = [];
+    logger.entries.forEach((entry, i) => {
+      const shown = [entry.query ?? '', ...entry.parameters.flatMap((p) => renderings(p))];
+      if (shown.some((v) => v.includes(tenant))) leaks.push(`${entry.method} #${i}`);
+      if (shown.some((v) => v.includes(key))) leaks.push(`${entry.method} #${i} (the key)`);
+    });
+    expect(leaks).toEqual([]);
+    const parameters = statements.flatMap((e) => e.parameters);
+    // The record is named by its digest (which covers the tenant), its scope without the tenant.
+    expect(parameters).toContain(keyDigest('PaymentsController.create', key, tenant));
+    expect(parameters).toContain('PaymentsController.create#tenant:<redacted>');
   });
 });

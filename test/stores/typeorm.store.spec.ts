@@ -501,7 +501,7 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
   });
 
   describe('round trips, counted from the driver', () => {
-    it('costs 2 statements for a first execution (acquire, complete) and 1 for a replay', async () => {
+    it('costs 2 statements for a first execution (insert, complete) and 1 for a replay (peek), once the scope shows which comes first; a wrong guess costs one more', async () => {
       const schema = newSchema();
       const logger = new CountingLogger();
       const dataSource = await newDataSource({ logger });
@@ -516,25 +516,56 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       await run('warm-up'); // opens the LISTEN connection outside the pool (not a statement per call)
       // Every statement any pg client in this process sends; only this test's DataSource is busy.
       const sent = vi.spyOn(Client.prototype, 'query');
+      const names = () =>
+        sent.mock.calls.map(([config]) =>
+          ((config as unknown as QueryConfig).name ?? '').replace(/_[0-9a-f]{16}$/, ''),
+        );
+      const measure = async (key: string, kind: string) => {
+        sent.mockClear();
+        logger.queries = [];
+        await expect(run(key)).resolves.toMatchObject({ kind });
+        // ...and the DataSource's logger sees each one.
+        expect(logger.queries).toHaveLength(sent.mock.calls.length);
+        return names();
+      };
 
-      logger.queries = [];
-      await expect(run('first')).resolves.toMatchObject({ kind: 'executed' });
-      expect(sent).toHaveBeenCalledTimes(2);
-      expect(sent.mock.calls.map(([config]) => (config as unknown as QueryConfig).name)).toEqual([
-        expect.stringMatching(/^nest_idem_acquire_/),
-        expect.stringMatching(/^nest_idem_complete_/),
+      // A scope of fresh keys: the insert first.
+      expect(await measure('first', 'executed')).toEqual([
+        'nest_idem_insert',
+        'nest_idem_complete',
       ]);
-      // ...and the DataSource's logger still sees each one.
-      expect(logger.queries).toHaveLength(2);
-      expect(logger.queries[0]).toContain('WITH stolen AS');
-      expect(logger.queries[1]).toContain('WITH done AS');
+      expect(logger.queries[0]).toMatch(/^\s*INSERT INTO .* ON CONFLICT \(id\) DO NOTHING$/s);
+      expect(logger.queries[1]).toMatch(/^\s*UPDATE .* RETURNING watched$/s);
+      // A replay there: the insert finds the record, the peek reads it.
+      expect(await measure('first', 'replayed')).toEqual(['nest_idem_insert', 'nest_idem_peek']);
 
-      sent.mockClear();
-      logger.queries = [];
-      await expect(run('first')).resolves.toMatchObject({ kind: 'replayed' });
-      expect(sent).toHaveBeenCalledTimes(1);
-      expect(logger.queries).toHaveLength(1);
-      expect(logger.queries[0]).toContain('WITH stolen AS');
+      // Once most of the scope's acquisitions find a record, the peek comes first.
+      for (let i = 0; i < 8; i++) await run('first');
+      expect(await measure('first', 'replayed')).toEqual(['nest_idem_peek']);
+      expect(logger.queries[0]).toMatch(/^\s*SELECT .* WHERE id = \$1$/s);
+      // A fresh key there: the peek finds nothing, then the insert.
+      expect(await measure('second', 'executed')).toEqual([
+        'nest_idem_peek',
+        'nest_idem_insert',
+        'nest_idem_complete',
+      ]);
+      // Nobody waited on either record: no NOTIFY.
+      expect(logger.queries.some((q) => q.includes('pg_notify'))).toBe(false);
+    });
+
+    it('reports a takeover of an expired lease as stolen, and nothing else', async () => {
+      const schema = newSchema();
+      const store = newStore(admin, { schema, ensureSchema: true });
+      const fresh = await store.tryAcquire(request('s', 'k', { leaseMs: 100 }));
+      expect(fresh).toEqual({ kind: 'acquired', lease: expect.anything() });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const stolen = await store.tryAcquire(request('s', 'k'));
+      expect(stolen).toMatchObject({ kind: 'acquired', stolen: true });
+      await expect(store.complete(leaseOf(fresh), encodeValue('late'))).rejects.toThrow(
+        'complete refused',
+      );
+      await store.complete(leaseOf(stolen), encodeValue('v'));
+      expectReplayOf(await store.tryAcquire(request('s', 'k')), 'v');
     });
   });
 
@@ -549,7 +580,7 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       );
     }
 
-    it('sends acquire, complete, release and extend by name, parsed once per connection and reused', async () => {
+    it('sends the acquisition statements, complete, release and extend by name, parsed once per connection and reused', async () => {
       const schema = newSchema();
       const dataSource = await newDataSource({ extra: { max: 1 } });
       const store = newStore(dataSource, { schema, ensureSchema: true });
@@ -564,17 +595,22 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       await store.list();
 
       const prepared = await preparedOn(dataSource);
+      // Only what was sent is prepared (nobody stole, waited or was woken here).
       expect(prepared.map((p) => p.name.replace(/_[0-9a-f]{16}$/, ''))).toEqual([
-        'nest_idem_acquire',
         'nest_idem_complete',
         'nest_idem_extend',
+        'nest_idem_insert',
+        'nest_idem_peek',
         'nest_idem_release',
       ]);
       const executions = Object.fromEntries(
         prepared.map((p) => [p.name.replace(/_[0-9a-f]{16}$/, ''), p.executions]),
       );
+      // A scope of fresh keys tries the insert first: 4 fresh keys, and 3 replays
+      // whose insert found the record and whose peek read it.
       expect(executions).toEqual({
-        nest_idem_acquire: 7,
+        nest_idem_insert: 7,
+        nest_idem_peek: 3,
         nest_idem_complete: 3,
         nest_idem_extend: 3,
         nest_idem_release: 1,
@@ -601,7 +637,8 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
                 (SELECT count(*) FROM "${schema}".other_records)::int AS second`,
       );
       expect(rows[0]).toEqual({ first: 1, second: 1 });
-      await expect(preparedOn(dataSource)).resolves.toHaveLength(4);
+      // insert, complete and peek, for each table.
+      await expect(preparedOn(dataSource)).resolves.toHaveLength(6);
     });
 
     it('keeps the connection and its statements through a statement error, and follows the table when it is recreated', async () => {
@@ -657,7 +694,8 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       );
       // Each waited once, after at least one look (a look that raced another waiter's mark looks again).
       expect(waits).toBe(20);
-      expect(logger.count('WITH stolen AS')).toBeGreaterThanOrEqual(20);
+      expect(logger.count('AS lease_left_ms')).toBeGreaterThanOrEqual(20); // the peek
+      expect(logger.count('SET watched = true')).toBeGreaterThanOrEqual(1); // the mark
 
       // Nothing is checked out or queued while 20 callers wait...
       expect(pool.totalCount).toBe(2);

@@ -43,3 +43,80 @@ export function boundedQuery<T>(
 ): Promise<T[]> {
   return withinTimeout(dataSource.query(sql, params) as Promise<T[]>, timeoutMs, operation);
 }
+
+export interface Deadline {
+  readonly at: number;
+  readonly expire: () => void;
+  settled: boolean;
+  next?: Deadline;
+}
+
+/**
+ * Bounds many calls by one fixed `timeoutMs` with one timer between them, not
+ * one timer per call: deadlines are queued in the order they were set, which
+ * for a fixed timeout is also the order they fall due, so only the head needs
+ * a timer. A settled call leaves the queue as soon as everything before it has
+ * settled too; the timer, once armed, is re-armed only when it fires (unref'd:
+ * it never keeps a process alive on its own).
+ */
+export class Deadlines {
+  private head?: Deadline;
+  private tail?: Deadline;
+  private timer?: NodeJS.Timeout;
+
+  constructor(readonly timeoutMs: number) {}
+
+  /** Settles like `work`, unless `timeoutMs` passes first: then it rejects with `timedOut()`. */
+  bound<T>(work: Promise<T>, timedOut: () => Error): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const deadline = this.add(() => reject(timedOut()));
+      work.then(
+        (value) => {
+          if (this.settle(deadline)) resolve(value);
+        },
+        (error: unknown) => {
+          if (this.settle(deadline)) reject(error);
+        },
+      );
+    });
+  }
+
+  /** Starts a deadline: `expire` is called once `timeoutMs` has passed, unless `settle` came first. */
+  add(expire: () => void): Deadline {
+    const deadline: Deadline = { at: performance.now() + this.timeoutMs, expire, settled: false };
+    if (this.tail) this.tail.next = deadline;
+    else this.head = deadline;
+    this.tail = deadline;
+    if (!this.timer) this.arm(this.timeoutMs);
+    return deadline;
+  }
+
+  /** Ends a deadline; false when it had already expired (the call was given up). */
+  settle(deadline: Deadline): boolean {
+    if (deadline.settled) return false;
+    deadline.settled = true;
+    while (this.head?.settled) this.head = this.head.next;
+    if (!this.head) this.tail = undefined;
+    return true;
+  }
+
+  private arm(ms: number): void {
+    this.timer = setTimeout(() => this.fire(), Math.max(1, Math.ceil(ms)));
+    this.timer.unref();
+  }
+
+  private fire(): void {
+    this.timer = undefined;
+    const now = performance.now();
+    while (this.head && (this.head.settled || this.head.at <= now)) {
+      const due = this.head;
+      this.head = due.next;
+      if (!due.settled) {
+        due.settled = true;
+        due.expire();
+      }
+    }
+    if (!this.head) this.tail = undefined;
+    else this.arm(this.head.at - now);
+  }
+}

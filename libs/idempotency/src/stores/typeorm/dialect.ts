@@ -59,7 +59,7 @@ export interface RecordRef {
   readonly idHex: string;
   readonly scope: string;
   readonly key: string;
-  /** `scope/#digest`: what a log shows instead of the key. */
+  /** `scope/#digest`: what a log shows instead of the key (and the tenant). Computed when first read. */
   readonly digest: string;
 }
 
@@ -71,14 +71,19 @@ export interface SqlLease extends Lease {
 
 /** What one atomic look found; the store turns `acquired` into the lease. */
 export type LookResult =
-  | { kind: 'acquired' }
+  /** `stolen`: taken over from an expired lease or an expired result. */
+  | { kind: 'acquired'; stolen?: boolean }
   | { kind: 'record'; record: ObservedRecord }
   /** The record changed under the look: look again (see ../../core/wait-loop.ts). */
   | { kind: 'changed' };
 
 /** One `tryAcquire` as a dialect runs it. */
 export interface AcquireAttempt {
-  /** One atomic look: insert, steal, or report what is there. `watch`: the caller waits if it is in flight. */
+  /**
+   * One look: insert, steal, or report what is there (a dialect may take more
+   * than one statement, reporting `changed` when the record changed between
+   * them). `watch`: the caller waits if it is in flight.
+   */
   look(watch: boolean): Promise<LookResult>;
   /** The attempt is over, whatever its outcome. */
   end(): void;

@@ -21,7 +21,7 @@ import { WaiterRegistry } from '../../core/waiters';
 import type { Dialect, RecordRef, SqlLease } from './dialect';
 import { DEFAULT_CROSS_INSTANCE_POLL_MS, MysqlDialect } from './mysql/dialect';
 import { PostgresDialect } from './postgres/dialect';
-import { DEFAULT_TABLE, recordIdOf, TableName } from './table';
+import { DEFAULT_TABLE, recordIdHexOf, TableName } from './table';
 
 export interface TypeOrmIdempotencyStoreOptions {
   /**
@@ -163,7 +163,10 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
         pollMs: () => this.dialect.pollMs(),
         look: async (watch): Promise<Observation> => {
           const found = await attempt.look(watch);
-          return found.kind === 'acquired' ? { kind: 'acquired', lease } : found;
+          if (found.kind !== 'acquired') return found;
+          return found.stolen
+            ? { kind: 'acquired', lease, stolen: true }
+            : { kind: 'acquired', lease };
         },
       });
     } finally {
@@ -229,7 +232,25 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 }
 
+/** The record's id, hashed once per call; the digest logs show, only if something is logged. */
+class Ref implements RecordRef {
+  readonly id: Buffer;
+  readonly idHex: string;
+  private shown?: string;
+
+  constructor(
+    readonly scope: string,
+    readonly key: string,
+  ) {
+    this.idHex = recordIdHexOf(scope, key);
+    this.id = Buffer.from(this.idHex, 'hex');
+  }
+
+  get digest(): string {
+    return (this.shown ??= storedKeyDigest(this.scope, this.key));
+  }
+}
+
 function recordRef(scope: string, key: string): RecordRef {
-  const id = recordIdOf(scope, key);
-  return { id, idHex: id.toString('hex'), scope, key, digest: storedKeyDigest(scope, key) };
+  return new Ref(scope, key);
 }

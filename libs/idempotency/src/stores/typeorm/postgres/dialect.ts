@@ -1,4 +1,4 @@
-import { fingerprintsConflict } from '../../../core/decide';
+import { fingerprintsConflict, isStealable } from '../../../core/decide';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type {
   AcquireRequest,
@@ -15,26 +15,31 @@ import type {
   RecordRef,
   SqlLease,
 } from '../dialect';
+import { Deadlines } from '../bounded-query';
+import { loggedScope } from '../query-log';
 import { channelFor, DEFAULT_TABLE, TableName } from '../table';
 import { PgNotificationListener } from './listener';
 import { poolOf } from './pool';
-import { preparedName, storeQuery } from './query';
+import { preparedName, storeQuery, StoreResult } from './query';
 import { assertTableShape, ColumnRow, COLUMNS_QUERY, PRIMARY_KEY_QUERY, schemaSql } from './schema';
 import { buildStatements, HOT_STATEMENTS, Statements } from './statements';
 import { isUnavailable } from './unavailable';
 
-interface AcquireRow {
-  outcome: 'acquired' | 'existing';
-  state: RecordState | null;
+interface PeekRow {
+  state: RecordState;
   fingerprint: string | null;
-  payload: Buffer | null;
-  completed_at: Date | null;
-  lease_left_ms: number | null;
-  expires_left_ms: number | null;
-  stealable: boolean;
+  lease_id: string | null;
   watched: boolean;
-  marked: boolean;
+  completed_at: Date | null;
+  payload: Buffer | null;
+  /** Null for a COMPLETE record (it has no lease). */
+  lease_left_ms: number | null;
+  expires_left_ms: number;
 }
+
+const ACQUIRED: LookResult = { kind: 'acquired' };
+const STOLEN: LookResult = { kind: 'acquired', stolen: true };
+const CHANGED: LookResult = { kind: 'changed' };
 
 interface ViewRow {
   scope: string;
@@ -50,9 +55,44 @@ interface ViewRow {
 }
 
 /**
- * PostgreSQL through the `pg` pool under the DataSource: one statement per
- * operation (./statements.ts), named prepared statements on the hot path,
- * and LISTEN/NOTIFY (./listener.ts) to wake duplicates on every instance.
+ * PostgreSQL through the `pg` pool under the DataSource: small single-purpose
+ * statements (./statements.ts) as named prepared statements on the hot path,
+ * chosen per call, and LISTEN/NOTIFY (./listener.ts) to wake duplicates on
+ * every instance.
+ *
+ * An acquisition is a read-only `peek` by primary key, or an `insert`, first:
+ * whichever the scope's recent traffic says will settle it (see
+ * `AcquireOrder`). A fresh key then costs one INSERT, a replay one SELECT; a
+ * guess the other way costs one more statement, never a different outcome,
+ * since each path falls back to the other. From the peek:
+ *
+ * - absent: insert; nothing inserted means someone else just did: look again.
+ * - stealable (an expired lease, an expired result): `steal`, an UPDATE that
+ *   rechecks the rule under the row lock; nothing updated: look again.
+ * - IN_PROGRESS and live, for a caller that will wait, not yet `watched`:
+ *   `mark` it watched (fenced by the lease id the peek saw), then wait.
+ * - otherwise what the peek saw is the answer (a replay, a mismatch, in flight).
+ *
+ * Why a waiter never misses the wake-up. complete (and release) notify only
+ * when the row they change says `watched`; the waiter's mark and the holder's
+ * completion are two UPDATEs of one row, so one waits for the other's commit
+ * on the row lock, and under READ COMMITTED the second re-evaluates its WHERE
+ * on the row's newest version (EvalPlanQual):
+ *
+ * - mark first: the completion's UPDATE sees `watched = true` (it does not
+ *   assign the column, so RETURNING shows the newest version's flag) and sends
+ *   NOTIFY once it committed, which is after the mark committed and so after
+ *   the waiter took its ticket (the wait loop takes it before the look) and
+ *   after LISTEN was in effect (`beginAcquire` awaits it);
+ * - completion first: the mark finds no IN_PROGRESS row under that lease and
+ *   updates nothing; the waiter looks again and sees the result.
+ *
+ * A peek that shows `watched` already comes after a committed mark, which the
+ * completion cannot have missed either (it would have had to lock the row
+ * first, and then the mark would have updated nothing). The NOTIFY is a second
+ * statement, after the completion committed: a crash between the two only
+ * leaves the waiter to its poll (`pollIntervalMs`), as a lost LISTEN
+ * connection would. A record nobody waits on never notifies.
  */
 export class PostgresDialect implements Dialect {
   readonly product = 'PostgreSQL';
@@ -61,6 +101,8 @@ export class PostgresDialect implements Dialect {
   /** Statement text → the name it is prepared under; empty when `preparedStatements` is off. */
   private readonly preparedNames = new Map<string, string>();
   private readonly channel: string;
+  private readonly deadlines: Deadlines;
+  private readonly order = new AcquireOrder();
   private listener?: PgNotificationListener;
 
   constructor(private readonly context: DialectContext) {
@@ -71,6 +113,7 @@ export class PostgresDialect implements Dialect {
         this.preparedNames.set(this.sql[operation], preparedName(operation, this.sql[operation]));
     }
     this.channel = channelFor(this.tableName);
+    this.deadlines = new Deadlines(context.timeoutMs);
   }
 
   async prepare(ensureSchema: boolean): Promise<void> {
@@ -80,19 +123,20 @@ export class PostgresDialect implements Dialect {
       // serializes instances that start together (CREATE ... IF NOT EXISTS can race).
       const lock = `SELECT pg_advisory_xact_lock(hashtext('nest-idempotency:' || ${literal(`${schema}.${table}`)}))`;
       const ddl = [lock, ...schemaSql(this.tableName)].join(';\n');
-      await this.query('ensureSchema', ddl, [], []);
+      await this.query('ensureSchema', ddl, [], none);
     }
-    const columns = await this.query<ColumnRow>(
+    const names = () => [schema, table];
+    const { rows: columns } = await this.query<ColumnRow>(
       'schema check',
       COLUMNS_QUERY,
       [schema, table],
-      [schema, table],
+      names,
     );
-    const primaryKey = await this.query<{ column_name: string }>(
+    const { rows: primaryKey } = await this.query<{ column_name: string }>(
       'schema check',
       PRIMARY_KEY_QUERY,
       [schema, table],
-      [schema, table],
+      names,
     );
     assertTableShape(
       this.tableName,
@@ -127,38 +171,83 @@ export class PostgresDialect implements Dialect {
     leaseId: string,
   ): Promise<AcquireAttempt> {
     if (request.waitTimeoutMs > 0) await this.listener?.ensure();
-    const { id, idHex, scope, key, digest } = record;
-    const logged = [idHex, scope, digest];
+    const { id, scope } = record;
+    const { leaseMs, ttlMs, fingerprint } = request;
+    const sql = this.sql;
+    // What the first look finds teaches the scope's order; later looks of this
+    // attempt know a record was there, and peek.
+    let first = true;
+    let insertFirst = !this.order.peekFirst(scope);
+    const insert = async () => {
+      const { rowCount } = await this.query(
+        'acquire (insert)',
+        sql.insert,
+        [id, scope, record.key, leaseId, leaseMs, ttlMs, fingerprint],
+        () => [
+          record.idHex,
+          loggedScope(scope),
+          record.digest,
+          leaseId,
+          leaseMs,
+          ttlMs,
+          fingerprint,
+        ],
+      );
+      return rowCount === 1;
+    };
+    const learn = (found: boolean) => {
+      if (first) this.order.observe(scope, found);
+      first = false;
+    };
     return {
       end: () => undefined,
       look: async (watch): Promise<LookResult> => {
-        const [row] = await this.query<AcquireRow>(
-          'acquire',
-          this.sql.acquire,
-          [id, scope, key, leaseId, request.leaseMs, request.ttlMs, request.fingerprint, watch],
-          [...logged, leaseId, request.leaseMs, request.ttlMs, request.fingerprint, watch],
-        );
-        if (row?.outcome === 'acquired') return { kind: 'acquired' };
-        // No row, or a row that changed under the statement: look again now.
-        if (!row || row.stealable) return { kind: 'changed' };
-        // Asked to mark a live record watched, and it is not: it changed under the
-        // statement (unless the fingerprints differ: then nobody marks, and the caller is refused).
+        if (insertFirst) {
+          insertFirst = false;
+          const inserted = await insert();
+          learn(!inserted);
+          if (inserted) return ACQUIRED;
+        }
+        const {
+          rows: [row],
+        } = await this.query<PeekRow>('acquire (peek)', sql.peek, [id], () => [record.idHex]);
+        learn(row !== undefined);
+        if (!row) return (await insert()) ? ACQUIRED : CHANGED;
+        const leaseLeftMs = row.lease_left_ms ?? 0;
+        const expiresLeftMs = row.expires_left_ms;
+        if (isStealable(row.state, leaseLeftMs, expiresLeftMs)) {
+          const { rowCount } = await this.query(
+            'acquire (steal)',
+            sql.steal,
+            [id, leaseId, leaseMs, ttlMs, fingerprint],
+            () => [record.idHex, leaseId, leaseMs, ttlMs, fingerprint],
+          );
+          return rowCount === 1 ? STOLEN : CHANGED;
+        }
         if (
           watch &&
           row.state === 'IN_PROGRESS' &&
           !row.watched &&
-          !row.marked &&
-          !fingerprintsConflict(request.fingerprint, row.fingerprint)
+          // A mismatch is refused at once: nothing to wait for, so nothing to mark.
+          !fingerprintsConflict(fingerprint, row.fingerprint)
         ) {
-          return { kind: 'changed' };
+          const { rowCount } = await this.query(
+            'acquire (mark watched)',
+            sql.mark,
+            [id, row.lease_id],
+            () => [record.idHex, row.lease_id],
+          );
+          // Since the peek the holder completed, released or lost its lease, or another
+          // waiter marked the record: look again.
+          if (rowCount !== 1) return CHANGED;
         }
         return {
           kind: 'record',
           record: {
-            state: row.state!,
+            state: row.state,
             fingerprint: row.fingerprint,
-            leaseLeftMs: row.lease_left_ms ?? 0,
-            expiresLeftMs: row.expires_left_ms ?? 0,
+            leaseLeftMs,
+            expiresLeftMs,
             payload: row.payload,
             completedAt: row.completed_at,
           },
@@ -169,65 +258,94 @@ export class PostgresDialect implements Dialect {
 
   async complete(lease: SqlLease, payload: StoredPayload): Promise<boolean> {
     const { id, idHex, leaseId, ttlMs } = lease;
-    const rows = await this.query(
+    const { rows } = await this.query<{ watched: boolean }>(
       'complete',
       this.sql.complete,
-      [id, leaseId, payload, ttlMs, this.channel, idHex],
-      [idHex, leaseId, `<${payload.length} bytes>`, ttlMs, this.channel, idHex],
+      [id, leaseId, payload, ttlMs],
+      () => [idHex, leaseId, `<${payload.length} bytes>`, ttlMs],
     );
-    return rows.length > 0;
+    if (rows.length === 0) return false;
+    if (rows[0].watched) await this.notify(idHex, 'completion');
+    return true;
   }
 
   async release(lease: SqlLease): Promise<boolean> {
     const { id, idHex, leaseId } = lease;
-    const rows = await this.query(
+    const { rows } = await this.query<{ watched: boolean }>(
       'release',
       this.sql.release,
-      [id, leaseId, this.channel, idHex],
-      [idHex, leaseId, this.channel, idHex],
+      [id, leaseId],
+      () => [idHex, leaseId],
     );
-    return rows.length > 0;
+    if (rows.length === 0) return false;
+    if (rows[0].watched) await this.notify(idHex, 'release');
+    return true;
+  }
+
+  /**
+   * Wakes the waiters of a record on every instance, once its completion or
+   * release committed. The change stands either way: a NOTIFY that fails only
+   * leaves the waiters to their poll.
+   */
+  private async notify(idHex: string, after: string): Promise<void> {
+    // This instance's own waiters need not wait for the notification's round trip.
+    this.context.waiters.notify(idHex);
+    try {
+      await this.query('notify', this.sql.notify, [this.channel, idHex], () => [
+        this.channel,
+        idHex,
+      ]);
+    } catch (error) {
+      this.context.logger.warn(
+        `NOTIFY after a ${after} failed; duplicates waiting on the record look again at their next poll: ${(error as Error).message}`,
+      );
+    }
   }
 
   async extend(lease: SqlLease): Promise<boolean> {
     const { id, idHex, leaseId, leaseMs } = lease;
-    const rows = await this.query(
-      'extend',
-      this.sql.extend,
-      [id, leaseId, leaseMs],
-      [idHex, leaseId, leaseMs],
-    );
-    return rows.length > 0;
+    const { rowCount } = await this.query('extend', this.sql.extend, [id, leaseId, leaseMs], () => [
+      idHex,
+      leaseId,
+      leaseMs,
+    ]);
+    return rowCount === 1;
   }
 
   async purge(limit: number): Promise<number> {
-    const [row] = await this.query<{ purged: number }>(
+    const { rows } = await this.query<{ purged: number }>(
       'purge',
       this.sql.purgeBatch,
       [limit],
-      [limit],
+      () => [limit],
     );
-    return row.purged;
+    return rows[0].purged;
   }
 
   async countExpired(limit: number | null): Promise<number> {
-    const [row] = await this.query<{ expired: number }>(
+    const { rows } = await this.query<{ expired: number }>(
       'count expired',
       this.sql.countExpired,
       [limit],
-      [limit],
+      () => [limit],
     );
-    return row.expired;
+    return rows[0].expired;
   }
 
   async find(record: RecordRef): Promise<IdempotencyRecordView | null> {
-    const rows = await this.query<ViewRow>('find', this.sql.find, [record.id], [record.idHex]);
+    const { rows } = await this.query<ViewRow>('find', this.sql.find, [record.id], () => [
+      record.idHex,
+    ]);
     return rows.length > 0 ? toView(rows[0]) : null;
   }
 
   async list(filter: ListFilter): Promise<IdempotencyRecordView[]> {
-    const params = [filter.scope ?? null, filter.state ?? null, filter.limit ?? 100];
-    const rows = await this.query<ViewRow>('list', this.sql.list, params, params);
+    const scope = filter.scope ?? null;
+    const params = [scope, filter.state ?? null, filter.limit ?? 100];
+    const { rows } = await this.query<ViewRow>('list', this.sql.list, params, () => [
+      scope === null ? null : loggedScope(scope),
+      ...params.slice(1),
+    ]);
     return rows.map(toView);
   }
 
@@ -235,10 +353,10 @@ export class PostgresDialect implements Dialect {
     operation: string,
     text: string,
     values: unknown[],
-    logged: unknown[],
-  ): Promise<T[]> {
+    logged: () => unknown[],
+  ): Promise<StoreResult<T>> {
     try {
-      return await storeQuery<T>(this.context.dataSource, this.context.timeoutMs, {
+      return await storeQuery<T>(this.context.dataSource, this.deadlines, {
         operation,
         text,
         values,
@@ -259,6 +377,35 @@ export class PostgresDialect implements Dialect {
   }
 }
 
+/** Most scopes `AcquireOrder` follows; past it, the one it has followed longest is forgotten. */
+const ORDER_SCOPES = 1024;
+/** Weight of the newest acquisition in a scope's average: about the last 8 count. */
+const ORDER_WEIGHT = 1 / 8;
+
+/**
+ * Which statement an acquisition tries first, per scope: the peek when most
+ * recent acquisitions in the scope found a record there (replays, duplicates),
+ * the insert when most found none (fresh keys). A moving average of what the
+ * first look found, starting at "none". Either order reaches the same outcome;
+ * the guess only decides whether it takes one statement or two.
+ */
+class AcquireOrder {
+  private readonly found = new Map<string, number>();
+
+  peekFirst(scope: string): boolean {
+    return (this.found.get(scope) ?? 0) > 0.5;
+  }
+
+  observe(scope: string, found: boolean): void {
+    const before = this.found.get(scope);
+    if (before === undefined && this.found.size >= ORDER_SCOPES) {
+      this.found.delete(this.found.keys().next().value!);
+    }
+    const average = before ?? 0;
+    this.found.set(scope, average + ((found ? 1 : 0) - average) * ORDER_WEIGHT);
+  }
+}
+
 function toView(row: ViewRow): IdempotencyRecordView {
   const view: IdempotencyRecordView = {
     scope: row.scope,
@@ -274,6 +421,8 @@ function toView(row: ViewRow): IdempotencyRecordView {
   if (row.state === 'COMPLETE' && row.payload) view.payload = row.payload;
   return view;
 }
+
+const none = (): unknown[] => [];
 
 function literal(text: string): string {
   return `'${text.replace(/'/g, "''")}'`;

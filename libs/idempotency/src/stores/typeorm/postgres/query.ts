@@ -1,8 +1,9 @@
 import { createHash } from 'node:crypto';
-import type { Pool, PoolClient } from 'pg';
+import type { Pool, QueryConfig, QueryResult } from 'pg';
 import type { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
-import { withinTimeout } from '../bounded-query';
+import type { Deadlines } from '../bounded-query';
+import { logsQueries } from '../query-log';
 import { poolOf } from './pool';
 import { isUnavailable } from './unavailable';
 
@@ -23,24 +24,29 @@ export interface StoreQuery {
   /** Set: sent as this named prepared statement (parsed and planned once per connection). */
   name?: string;
   /**
-   * What the DataSource's logger is shown in place of `values`: keys and
-   * payloads replaced, so query logging never prints a raw key or a stored body.
+   * What the DataSource's logger is shown in place of `values`: keys, tenants
+   * and payloads replaced, so query logging never prints a raw key, a tenant
+   * or a stored body. Built only when a logger will see it.
    */
-  logged: unknown[];
+  logged: () => unknown[];
 }
+
+/** What a statement answered: its rows, and how many rows it wrote (INSERT, UPDATE, DELETE). */
+export type StoreResult<T> = Pick<QueryResult, 'rowCount'> & { rows: T[] };
 
 /**
  * One statement straight through the `pg` pool under the DataSource (never
  * `dataSource.query`, which would log the raw parameters), bounded by
- * `timeoutMs` (waiting for a pooled connection included). The statement is
+ * `deadlines` (waiting for a pooled connection included). The statement is
  * still reported to the DataSource's logger, with `logged` as its parameters.
  */
 export function storeQuery<T>(
   dataSource: DataSource,
-  timeoutMs: number,
+  deadlines: Deadlines,
   query: StoreQuery,
-): Promise<T[]> {
-  dataSource.logger.logQuery(query.text, query.logged);
+): Promise<StoreResult<T>> {
+  const logger = dataSource.logger;
+  if (logsQueries(logger)) logger.logQuery(query.text, query.logged());
   const pool = poolOf(dataSource);
   if (!pool) {
     return Promise.reject(
@@ -49,37 +55,82 @@ export function storeQuery<T>(
       ),
     );
   }
-  return withinTimeout(send<T>(pool, query), timeoutMs, query.operation).catch((error: unknown) => {
-    dataSource.logger.logQueryError(
-      error instanceof Error ? error : String(error),
-      query.text,
-      query.logged,
+  return new Promise<StoreResult<T>>((resolve, reject) => {
+    const fail = (error: unknown) => {
+      logger.logQueryError(
+        error instanceof Error ? error : String(error),
+        query.text,
+        query.logged(),
+      );
+      reject(error);
+    };
+    const deadline = deadlines.add(() =>
+      fail(
+        new IdempotencyStoreUnavailableError(
+          `PostgreSQL did not answer ${query.operation} within ${deadlines.timeoutMs} ms`,
+        ),
+      ),
     );
-    throw error;
+    send(pool, query, (error, result) => {
+      // Past the deadline the caller was already answered; a late outcome is moot.
+      if (!deadlines.settle(deadline)) return;
+      if (error) fail(error);
+      else resolve(result as StoreResult<T>);
+    });
   });
 }
 
-async function send<T>(pool: Pool, query: StoreQuery): Promise<T[]> {
-  const client: PoolClient = await pool.connect();
-  let broken: Error | undefined;
-  // A connection that fails while checked out reports it as an 'error' event
-  // (besides failing the query); unheard, that event would crash the process.
-  const onError = (error: Error) => (broken = error);
-  client.on('error', onError);
-  try {
-    const result = await client.query(
-      query.name
-        ? { name: query.name, text: query.text, values: query.values }
-        : { text: query.text, values: query.values },
-    );
-    return result.rows as T[];
-  } catch (error) {
-    // A statement error leaves the connection usable (and its prepared statements
-    // with it); only a broken connection is dropped from the pool.
-    if (isUnavailable(error)) broken = error as Error;
-    throw error;
-  } finally {
-    client.removeListener('error', onError);
-    client.release(broken);
-  }
+type Done = (error: Error | undefined, result?: StoreResult<unknown>) => void;
+
+/** pg's Query class, as the pool's own `pg` module has it (pg is the application's, not ours). */
+type QueryClass = new (
+  text: string,
+  values: unknown[],
+  callback: (error: Error | undefined, result: StoreResult<unknown>) => void,
+) => { name?: string };
+
+/**
+ * Sends the statement on a pooled connection, in callbacks throughout (a
+ * promise per step costs more than the step). The statement goes as a `Query`
+ * built from its text, so pg does not copy a config object per call (which
+ * it does by its property descriptors: microseconds per statement); the
+ * prepared statement's name is set on it afterwards.
+ */
+function send(pool: Pool, query: StoreQuery, done: Done): void {
+  pool.connect((connectError, client) => {
+    if (connectError || !client) {
+      done(connectError ?? new Error('the pool handed out no connection'));
+      return;
+    }
+    let broken: Error | undefined;
+    // A connection that fails while checked out reports it as an 'error' event
+    // (besides failing the query); unheard, that event would crash the process.
+    const onError = (error: Error) => (broken = error);
+    client.on('error', onError);
+    const finish = (error: Error | undefined, result?: StoreResult<unknown>) => {
+      // A statement error leaves the connection usable (and its prepared statements
+      // with it); only a broken connection is dropped from the pool.
+      if (error && isUnavailable(error)) broken = error;
+      client.removeListener('error', onError);
+      client.release(broken);
+      done(error, result);
+    };
+    try {
+      const Query = (client.constructor as { Query?: QueryClass }).Query;
+      if (Query) {
+        const statement = new Query(query.text, query.values, finish);
+        if (query.name) statement.name = query.name;
+        client.query(statement as unknown as QueryConfig);
+      } else {
+        client.query(
+          query.name
+            ? { name: query.name, text: query.text, values: query.values }
+            : { text: query.text, values: query.values },
+          finish as never,
+        );
+      }
+    } catch (error) {
+      finish(error as Error);
+    }
+  });
 }

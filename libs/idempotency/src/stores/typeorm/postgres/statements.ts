@@ -4,13 +4,29 @@ import { qualified, TableName } from '../table';
  * Every statement the PostgreSQL store sends. Each is one round trip, and
  * every time comparison uses the server's `now()`, so instances with skewed
  * clocks agree.
+ *
+ * The hot path is small single-purpose statements, chosen per call by the
+ * dialect (./dialect.ts): a read-only `peek`, a plain `insert`, and a `steal`
+ * or `mark` only when the peek asks for one. A statement that writes pays the
+ * setup of its write (ModifyTable) on every execution even when it writes
+ * nothing, so no read carries a write step it rarely needs: a replay is one
+ * `SELECT` by primary key, and a first execution one `INSERT … ON CONFLICT DO
+ * NOTHING` and one fenced `UPDATE`.
  */
 export interface Statements {
-  /** $1 id, $2 scope, $3 key, $4 lease id, $5 lease ms, $6 ttl ms, $7 fingerprint, $8 watch. */
-  acquire: string;
-  /** $1 id, $2 lease id, $3 payload, $4 ttl ms, $5 channel, $6 id hex. */
+  /** $1 id. What is there, read-only: no row lock, no write. */
+  peek: string;
+  /** $1 id, $2 scope, $3 key, $4 lease id, $5 lease ms, $6 ttl ms, $7 fingerprint. One row inserted, or none (the record exists). */
+  insert: string;
+  /** $1 id, $2 lease id, $3 lease ms, $4 ttl ms, $5 fingerprint. One row taken over (an expired lease or an expired result), or none. */
+  steal: string;
+  /** $1 id, $2 the holder's lease id, as the peek saw it. One row marked watched, or none (the holder is gone, or another waiter marked it). */
+  mark: string;
+  /** $1 id, $2 lease id, $3 payload, $4 ttl ms. Returns `watched` of the completed row, or no row. */
   complete: string;
-  /** $1 id, $2 lease id, $3 channel, $4 id hex. */
+  /** $1 channel, $2 id hex. Sent after a completion or release of a watched record. */
+  notify: string;
+  /** $1 id, $2 lease id. Returns `watched` of the deleted row, or no row. */
   release: string;
   /** $1 id, $2 lease id, $3 lease ms. */
   extend: string;
@@ -29,85 +45,77 @@ export interface Statements {
  * prepared statements; the others (purge, count, find, list) run rarely and
  * are planned for their actual parameters.
  */
-export const HOT_STATEMENTS = ['acquire', 'complete', 'release', 'extend'] as const;
+export const HOT_STATEMENTS = [
+  'peek',
+  'insert',
+  'steal',
+  'mark',
+  'complete',
+  'notify',
+  'release',
+  'extend',
+] as const;
 
 const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created_at, completed_at, fingerprint,
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
   (state = 'IN_PROGRESS' AND lease_expires_at <= now()) AS lease_expired`;
 
-/** ./decide.ts isStealable, in SQL. */
+/** ../../../core/decide.ts isStealable, in SQL. */
 const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= now()) OR (state = 'COMPLETE' AND expires_at <= now()))`;
-/** ./decide.ts isPurgeable, in SQL: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
-const purgeable = () =>
-  `(expires_at <= now() AND (state = 'COMPLETE' OR lease_expires_at <= now()))`;
+/** ../../../core/decide.ts isPurgeable, in SQL: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
+const PURGEABLE = `(expires_at <= now() AND (state = 'COMPLETE' OR lease_expires_at <= now()))`;
 const ms = (param: string) => `(${param}::double precision * interval '1 millisecond')`;
+/** Milliseconds from the server's now to `column` (negative once past; null for a null column). */
+const leftMs = (column: string) => `date_part('epoch', ${column} - now()) * 1000`;
 
 export function buildStatements(name: TableName): Statements {
   const t = qualified(name);
   return {
-    // Steal (an expired lease or an expired COMPLETE record), else insert, else
-    // read what is there: one statement. A replay takes no row lock and writes nothing.
-    //
-    // A caller that will wait ($8) marks a live IN_PROGRESS record `watched` in the
-    // same statement, so complete and release notify only records someone waits on
-    // (a notifying commit takes a database-wide lock). Only the first waiter writes.
-    //
-    // All parts share one snapshot, while the writes see the latest row version. So
-    // when the read part looks stealable but nothing was stolen, or looks unwatched
-    // but the mark did not land, the row changed under the statement: the caller
-    // just asks again (./wait-loop.ts 'changed').
-    acquire: `
-      WITH stolen AS (
-        UPDATE ${t} SET state = 'IN_PROGRESS', lease_id = $4, lease_expires_at = now() + ${ms('$5')},
-          expires_at = now() + ${ms('$6')}, fingerprint = $7, payload = NULL, created_at = now(),
-          completed_at = NULL, watched = false
-        WHERE id = $1 AND ${STEALABLE}
-        RETURNING 1
-      ), inserted AS (
-        INSERT INTO ${t} (id, scope, "key", state, lease_id, lease_expires_at, expires_at, fingerprint, created_at)
-        SELECT $1, $2, $3, 'IN_PROGRESS', $4, now() + ${ms('$5')}, now() + ${ms('$6')}, $7, now()
-        WHERE NOT EXISTS (SELECT 1 FROM stolen)
-        ON CONFLICT (id) DO NOTHING
-        RETURNING 1
-      ), marked AS (
-        UPDATE ${t} SET watched = true
-        WHERE $8 AND id = $1 AND state = 'IN_PROGRESS' AND NOT watched AND lease_expires_at > now()
-          AND ($7::text IS NULL OR fingerprint IS NULL OR fingerprint = $7)
-          AND NOT EXISTS (SELECT 1 FROM stolen) AND NOT EXISTS (SELECT 1 FROM inserted)
-        RETURNING 1
-      )
-      SELECT 'acquired' AS outcome, NULL::text AS state, NULL::text AS fingerprint, NULL::bytea AS payload,
-        NULL::timestamptz AS completed_at, NULL::double precision AS lease_left_ms,
-        NULL::double precision AS expires_left_ms, false AS stealable, false AS watched, false AS marked
-      FROM stolen
-      UNION ALL
-      SELECT 'acquired', NULL, NULL, NULL, NULL, NULL, NULL, false, false, false FROM inserted
-      UNION ALL
-      SELECT 'existing', state, fingerprint, CASE WHEN state = 'COMPLETE' THEN payload END, completed_at,
-        extract(epoch FROM (lease_expires_at - now()))::double precision * 1000,
-        extract(epoch FROM (expires_at - now()))::double precision * 1000,
-        ${STEALABLE}, watched, EXISTS (SELECT 1 FROM marked)
-      FROM ${t}
-      WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM stolen) AND NOT EXISTS (SELECT 1 FROM inserted)`,
-    // `watched` stays as it was (a stolen or new record resets it), so RETURNING tells
-    // whether anyone waits; only then does the statement notify.
+    // The record as it is, with its times relative to the server's clock; the
+    // dialect decides (replay, refuse, wait, steal) from this one read.
+    peek: `
+      SELECT state, fingerprint, lease_id, watched, completed_at,
+        CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
+        ${leftMs('lease_expires_at')} AS lease_left_ms, ${leftMs('expires_at')} AS expires_left_ms
+      FROM ${t} WHERE id = $1`,
+    insert: `
+      INSERT INTO ${t} (id, scope, "key", state, lease_id, lease_expires_at, expires_at, fingerprint, created_at)
+      VALUES ($1, $2, $3, 'IN_PROGRESS', $4, now() + ${ms('$5')}, now() + ${ms('$6')}, $7, now())
+      ON CONFLICT (id) DO NOTHING`,
+    // The stealable test is rechecked on the newest row version under the row
+    // lock (READ COMMITTED re-evaluates the WHERE after waiting on a concurrent
+    // writer), so of two callers stealing at once only one takes the record.
+    // A new holder starts unwatched.
+    steal: `
+      UPDATE ${t} SET state = 'IN_PROGRESS', lease_id = $2, lease_expires_at = now() + ${ms('$3')},
+        expires_at = now() + ${ms('$4')}, fingerprint = $5, payload = NULL, created_at = now(),
+        completed_at = NULL, watched = false
+      WHERE id = $1 AND ${STEALABLE}`,
+    // Fenced by the lease id the peek saw: marks that holder's record only while
+    // its lease is live. See ./dialect.ts for why no wake-up is lost. `NOT watched`:
+    // of waiters arriving together only the first writes (the rest, rechecking
+    // under the row lock, update nothing and look again, finding it watched).
+    mark: `
+      UPDATE ${t} SET watched = true
+      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS' AND lease_expires_at > now()
+        AND NOT watched`,
+    // `watched` is not assigned, so RETURNING shows the newest version's flag:
+    // the dialect notifies (`notify`, after this committed) only when it is set.
     complete: `
-      WITH done AS (
-        UPDATE ${t} SET state = 'COMPLETE', payload = $3, completed_at = now(),
-          expires_at = now() + ${ms('$4')}, lease_id = NULL, lease_expires_at = NULL
-        WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
-        RETURNING watched
-      )
-      SELECT CASE WHEN watched THEN pg_notify($5, $6) END AS notified FROM done`,
+      UPDATE ${t} SET state = 'COMPLETE', payload = $3, completed_at = now(),
+        expires_at = now() + ${ms('$4')}, lease_id = NULL, lease_expires_at = NULL
+      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
+      RETURNING watched`,
+    // A transaction of its own that writes nothing but the notification: it need
+    // not wait for its commit record to reach disk (a crash loses at most a
+    // wake-up, which the waiter's poll makes good), so it does not pay a WAL flush.
+    notify: `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)`,
     release: `
-      WITH gone AS (
-        DELETE FROM ${t} WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS' RETURNING watched
-      )
-      SELECT CASE WHEN watched THEN pg_notify($3, $4) END AS notified FROM gone`,
+      DELETE FROM ${t} WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
+      RETURNING watched`,
     extend: `
       UPDATE ${t} SET lease_expires_at = now() + ${ms('$3')}
-      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
-      RETURNING 1 AS kept`,
+      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'`,
     // One bounded batch; SKIP LOCKED lets several instances purge side by side
     // without waiting on each other or on live traffic.
     //
@@ -122,7 +130,7 @@ export function buildStatements(name: TableName): Statements {
     // Keyed by id alone, the delete probes the primary key once per victim.
     purgeBatch: `
       WITH victims AS (
-        SELECT id FROM ${t} WHERE ${purgeable()}
+        SELECT id FROM ${t} WHERE ${PURGEABLE}
         ORDER BY expires_at
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -133,7 +141,7 @@ export function buildStatements(name: TableName): Statements {
       SELECT count(*)::int AS purged FROM gone`,
     // A plain read: no row lock, no write, so a dry run moves nothing.
     countExpired: `
-      SELECT count(*)::int AS expired FROM (SELECT 1 FROM ${t} WHERE ${purgeable()} LIMIT $1) AS due`,
+      SELECT count(*)::int AS expired FROM (SELECT 1 FROM ${t} WHERE ${PURGEABLE} LIMIT $1) AS due`,
     find: `SELECT ${VIEW_COLUMNS} FROM ${t} WHERE id = $1`,
     list: `
       SELECT ${VIEW_COLUMNS} FROM ${t}
