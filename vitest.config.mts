@@ -17,7 +17,10 @@ const SRC = `${ROOT}/libs/idempotency/src`;
 /** The package's entry points, resolved to the sources (the same map as tsconfig.json's paths). */
 const alias = [
   { find: /^nest-idempotency$/, replacement: `${SRC}/index.ts` },
-  { find: /^nest-idempotency\/(core|typeorm|testing|opentelemetry|redis)$/, replacement: `${SRC}/$1.ts` },
+  {
+    find: /^nest-idempotency\/(core|typeorm|testing|opentelemetry|redis)$/,
+    replacement: `${SRC}/$1.ts`,
+  },
 ];
 
 /** The fault suite and the consumer fixtures run only when their project is named. */
