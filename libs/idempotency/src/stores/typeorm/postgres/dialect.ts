@@ -180,7 +180,7 @@ export class PostgresDialect implements Dialect {
     let insertFirst = !this.order.peekFirst(scope);
     const insert = async () => {
       const { rowCount } = await this.query(
-        'acquire (insert)',
+        'acquire',
         sql.insert,
         [id, scope, record.key, leaseId, leaseMs, ttlMs, fingerprint],
         () => [
@@ -210,14 +210,14 @@ export class PostgresDialect implements Dialect {
         }
         const {
           rows: [row],
-        } = await this.query<PeekRow>('acquire (peek)', sql.peek, [id], () => [record.idHex]);
+        } = await this.query<PeekRow>('acquire', sql.peek, [id], () => [record.idHex]);
         learn(row !== undefined);
         if (!row) return (await insert()) ? ACQUIRED : CHANGED;
         const leaseLeftMs = row.lease_left_ms ?? 0;
         const expiresLeftMs = row.expires_left_ms;
         if (isStealable(row.state, leaseLeftMs, expiresLeftMs)) {
           const { rowCount } = await this.query(
-            'acquire (steal)',
+            'acquire',
             sql.steal,
             [id, leaseId, leaseMs, ttlMs, fingerprint],
             () => [record.idHex, leaseId, leaseMs, ttlMs, fingerprint],
@@ -232,7 +232,7 @@ export class PostgresDialect implements Dialect {
           !fingerprintsConflict(fingerprint, row.fingerprint)
         ) {
           const { rowCount } = await this.query(
-            'acquire (mark watched)',
+            'acquire',
             sql.mark,
             [id, row.lease_id],
             () => [record.idHex, row.lease_id],
