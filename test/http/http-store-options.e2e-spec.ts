@@ -126,7 +126,7 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
       }).compile();
 
     it.each([
-      [{ redis: {} }, /^IdempotencyModule: option "store\.redis"\.url is required: a redis:\/\//],
+      [{ redis: {} }, /^IdempotencyModule: option "store\.redis\.url" is required: a redis:\/\//],
       [{ redis: 'redis://h:6379' }, /^IdempotencyModule: option "store\.redis" must be an object/],
       [
         { redis: { url: `mysql://root:${PASSWORD}@db/app` } },

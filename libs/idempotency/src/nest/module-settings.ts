@@ -46,9 +46,34 @@ export function compileModuleSettings(given: IdempotencyModuleOptions | undefine
     if (defaults[kind] !== undefined)
       parseDuration(defaults[kind], kind, `defaults.${kind}`, WHERE);
   }
+  for (const [name, allowed] of [
+    ['onExpiredLease', ['steal', 'refuse']],
+    ['onCompletionFailure', ['error', 'return']],
+  ] as const) {
+    const value = defaults[name];
+    if (value !== undefined && !(allowed as readonly string[]).includes(value)) {
+      throw new IdempotencyConfigError(
+        `${WHERE}: option "defaults.${name}" must be '${allowed[0]}' or '${allowed[1]}', got ${JSON.stringify(value)}`,
+      );
+    }
+  }
+  for (const name of ['notExecuted', 'reconcile'] as const) {
+    if (defaults[name] !== undefined && typeof defaults[name] !== 'function') {
+      throw new IdempotencyConfigError(`${WHERE}: option "defaults.${name}" must be a function`);
+    }
+  }
   if (defaults.mode !== undefined && defaults.mode !== 'enforce' && defaults.mode !== 'observe') {
     throw new IdempotencyConfigError(
       `${WHERE}: option "defaults.mode" must be 'enforce' or 'observe', got ${JSON.stringify(defaults.mode)}`,
+    );
+  }
+  if (
+    defaults.completion !== undefined &&
+    defaults.completion !== 'separate' &&
+    defaults.completion !== 'transaction'
+  ) {
+    throw new IdempotencyConfigError(
+      `${WHERE}: option "defaults.completion" must be 'separate' or 'transaction', got ${JSON.stringify(defaults.completion)}`,
     );
   }
   const http = options.http ?? {};
@@ -112,7 +137,7 @@ function redisStoreFrom(redis: IdempotencyStoreFromOptions['redis'] | undefined)
   const { url, ...options } = redis;
   if (url === undefined || url === null || url === '') {
     throw new IdempotencyConfigError(
-      `${where}.url is required: a redis:// or rediss:// URL (with cluster: true, one or more seed nodes)`,
+      `${WHERE}: option "store.redis.url" is required: a redis:// or rediss:// URL (with cluster: true, one or more seed nodes)`,
     );
   }
   try {
