@@ -7,6 +7,7 @@ import { STORE_CONTRACT } from 'nest-idempotency/testing';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
 import { createRecordsTable, schemaExists } from './cli-harness';
+import { describeIfRedis, probeRedisSync, redisUrl } from '../support/redis';
 
 const ROOT = join(__dirname, '..', '..');
 const BIN = join(ROOT, 'node_modules', '.bin', 'nest-idempotency');
@@ -101,6 +102,17 @@ describe('the nest-idempotency bin (a child process)', () => {
     expect(exit.code).toBe(3);
     expect(exit.stdout).toBe('');
     expect(exit.stderr).toMatch(/^error: cannot reach PostgreSQL at 127\.0\.0\.1:1\/db: [^\n]+\n$/);
+  });
+
+  // The built CLI loads the Redis backend (and `redis`) only for --redis-url.
+  describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)('on Redis', () => {
+    it('lists the records under a key prefix from REDIS_URL and exits 0', async () => {
+      const exit = await run(['--key-prefix', 'cli-bin-empty:', 'list', '--json'], {
+        REDIS_URL: redisUrl(),
+      });
+      expect(exit).toMatchObject({ code: 0, stderr: '' });
+      expect(JSON.parse(exit.stdout).records).toEqual([]);
+    });
   });
 
   it('exits 4 when the table is missing', async () => {

@@ -151,13 +151,14 @@ describe('nest-idempotency errors and exit codes', () => {
       expect(await cli(['list'], { env: {} })).toEqual({
         code: 2,
         stdout: '',
-        stderr: 'error: no database: pass --database-url or set DATABASE_URL\n',
+        stderr:
+          'error: no database: pass --database-url or set DATABASE_URL (for Redis: --redis-url or REDIS_URL)\n',
       });
-      const notPostgres = await cli(['list', '--database-url', 'mysql://root:hunter2@db/x'], {
+      const notPostgres = await cli(['list', '--database-url', 'http://root:hunter2@db/x'], {
         env: {},
       });
       expect(expectOneLine(notPostgres)).toBe(
-        'error: the database URL must start with postgres:// or postgresql://, not mysql://\n',
+        'error: the database URL must start with postgres://, postgresql://, mysql:// or mariadb://, not http://\n',
       );
       expect(notPostgres.code).toBe(2);
       const garbage = await cli(['list'], { env: { DATABASE_URL: 'hunter2 is not a url' } });
@@ -191,7 +192,7 @@ describe('nest-idempotency errors and exit codes', () => {
         expect(stdout).toContain(command);
       }
       expect(stdout).toContain('Exit codes:');
-      expect(stdout).toMatch(/^\s+3\s+PostgreSQL unreachable/m);
+      expect(stdout).toMatch(/^\s+3\s+unreachable: the database or Redis/m);
       const list = await cli(['list', '--help'], { env: {} });
       expect(list.code).toBe(0);
       expect(list.stdout).toContain('--state <state>');

@@ -103,7 +103,7 @@ describe('nest-idempotency verify', () => {
     expect(output.results.map((r) => [r.id, r.grade])).toEqual(
       STORE_CONTRACT.map((scenario) => [scenario.id, 'PASS']),
     );
-    expect(output.summary).toEqual({ pass: ALL, fail: 0, notApplicable: 0 });
+    expect(output.summary).toEqual({ pass: ALL, fail: 0, notApplicable: 0, doesNotApply: 0 });
     expect(output.scratchSchemaDropped).toBe(true);
     const measured = Object.fromEntries(output.results.map((r) => [r.id, r.measured]));
     expect(measured['wait.one-winner']).toMatch(

@@ -7,15 +7,15 @@ export const ExitCode = {
   OK: 0,
   /** `verify`: a guarantee was graded FAIL, or N/A (not checked is not a pass). */
   VERIFY_FAILED: 1,
-  /** Bad arguments: unknown command or option, invalid value, no database URL. */
+  /** Bad arguments: unknown command or option, invalid value, no database or Redis URL. */
   USAGE: 2,
-  /** PostgreSQL could not be reached (refused, unknown host, no answer in time, login refused). */
+  /** The database or Redis could not be reached (refused, unknown host, no answer in time, login refused). */
   UNREACHABLE: 3,
-  /** The records table is missing or has the wrong shape; or verify may not create its scratch schema. */
+  /** The records table is missing or has the wrong shape; or verify may not create its scratch schema (or table). */
   SCHEMA: 4,
   /** `inspect`: no record for that scope and key. */
   NOT_FOUND: 5,
-  /** Anything else: PostgreSQL refused a statement (e.g. permission denied), or an unexpected error. */
+  /** Anything else: the server refused a statement (e.g. permission denied), a driver is missing, or an unexpected error. */
   ERROR: 6,
   /** Interrupted (SIGINT) before the command finished. */
   INTERRUPTED: 130,
@@ -39,9 +39,9 @@ export const EXIT_CODES_HELP = `
 Exit codes:
   0    success
   1    verify: a guarantee FAILed, or could not be checked (N/A is not a pass)
-  2    usage: bad command, option or value; no database URL
-  3    PostgreSQL unreachable (refused, unknown host, no answer within --timeout, login refused)
-  4    schema: the records table is missing or has the wrong shape; verify may not create its scratch schema
+  2    usage: bad command, option or value; no database or Redis URL
+  3    unreachable: the database or Redis (refused, unknown host, no answer within --timeout, login refused)
+  4    schema: the records table is missing or has the wrong shape; verify may not create its scratch schema or table
   5    inspect: no such record
-  6    other error (e.g. PostgreSQL refused a statement: permission denied)
+  6    other error (e.g. the server refused a statement: permission denied; a driver is not installed)
   130  interrupted`;

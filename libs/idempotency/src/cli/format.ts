@@ -88,3 +88,13 @@ export function instantWithRelative(at: Date, now: Date): string {
 export function plural(count: number, noun: string): string {
   return `${count} ${noun}${count === 1 ? '' : 's'}`;
 }
+
+export function median(values: number[]): number {
+  const sorted = [...values].sort((x, y) => x - y);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+/** Milliseconds to one decimal below 10, whole above. */
+export function roundMs(ms: number): number {
+  return Math.abs(ms) < 10 ? Math.round(ms * 10) / 10 : Math.round(ms);
+}

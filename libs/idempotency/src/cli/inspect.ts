@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import { storedKeyDigest } from '../core/key';
 import { describePayload } from '../core/payload';
 import { IdempotencyRecordView } from '../core/store';
-import { serverNow, withStore } from './connection';
+import { withStore } from './connection';
 import { CommandContext } from './context';
 import { CliError, ExitCode } from './exit-codes';
 import {
@@ -33,16 +33,15 @@ export function addInspectCommand(program: Command, context: CommandContext): vo
       if (!scope) throw new CliError('<scope> must not be empty', ExitCode.USAGE);
       if (!key) throw new CliError('<key> must not be empty', ExitCode.USAGE);
       const connection = context.connection(command);
-      await withStore(connection, async (store, dataSource) => {
+      await withStore(connection, async ({ store, where, serverNow }) => {
         const record = await store.find({ scope, key });
-        const where = `${connection.schema}.${connection.table}`;
         if (!record) {
           throw new CliError(
             `no record for ${storedKeyDigest(scope, key)} in ${where}`,
             ExitCode.NOT_FOUND,
           );
         }
-        const now = await serverNow(dataSource, connection.timeoutMs);
+        const now = await serverNow();
         if (options.json) {
           context.printJson({
             table: where,

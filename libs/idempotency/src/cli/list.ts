@@ -2,7 +2,7 @@ import { Command, Option } from 'commander';
 import { storedKeyDigest } from '../core/key';
 import { IdempotencyRecordView } from '../core/store';
 import { STATE_ARGUMENTS, StateArgument, wholeNumber } from './arguments';
-import { serverNow, withStore } from './connection';
+import { withStore } from './connection';
 import { CommandContext } from './context';
 import {
   formatDuration,
@@ -42,14 +42,13 @@ export function addListCommand(program: Command, context: CommandContext): void 
     .option('--json', 'print JSON instead of a table; includes the raw keys')
     .action(async (options: ListOptions, command: Command) => {
       const connection = context.connection(command);
-      await withStore(connection, async (store, dataSource) => {
+      await withStore(connection, async ({ store, where, serverNow }) => {
         const records = await store.list({
           scope: options.scope,
           state: options.state && STATE_ARGUMENTS[options.state],
           limit: options.limit,
         });
-        const now = await serverNow(dataSource, connection.timeoutMs);
-        const where = `${connection.schema}.${connection.table}`;
+        const now = await serverNow();
         if (options.json) {
           context.printJson({
             table: where,

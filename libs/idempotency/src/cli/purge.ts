@@ -1,14 +1,13 @@
 import { Command } from 'commander';
+import { DEFAULT_PURGE_BATCH, IdempotencyStore } from '../core/store';
 import { wholeNumber } from './arguments';
 import { withStore } from './connection';
 import { CommandContext } from './context';
 import { plural } from './format';
-import type { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
-import { DEFAULT_PURGE_BATCH } from '../core/store';
 
 /** Batches of at most 1000 rows, until one comes back short or `limit` is reached. */
 async function purgeAll(
-  store: TypeOrmIdempotencyStore,
+  store: IdempotencyStore,
   limit = Number.POSITIVE_INFINITY,
 ): Promise<number> {
   let total = 0;
@@ -30,6 +29,9 @@ interface PurgeOptions {
 export const PURGE_RULE =
   'COMPLETE records past their TTL; IN_PROGRESS records past both their TTL and their lease';
 
+export const EXPIRED_BY_REDIS =
+  'Redis expires each record itself once this rule applies (at the later of its TTL and its lease), so there is never anything left to purge';
+
 /**
  * `purge`: `store.purgeExpired` from the command line. `--dry-run` counts what
  * would go by the same rule with a plain SELECT, deleting and locking nothing.
@@ -43,18 +45,19 @@ export function addPurgeCommand(program: Command, context: CommandContext): void
     .option('--json', 'print JSON')
     .action(async (options: PurgeOptions, command: Command) => {
       const connection = context.connection(command);
-      await withStore(connection, async (store) => {
+      await withStore(connection, async ({ store, where, countExpired }) => {
         const limit = options.limit;
+        // Redis deletes each record itself once it is purgeable: nothing is ever left to count.
         const count = options.dryRun
-          ? await store.countExpired({ limit })
+          ? ((await countExpired?.(limit)) ?? 0)
           : await purgeAll(store, limit);
-        const where = `${connection.schema}.${connection.table}`;
         if (options.json) {
           context.printJson({
             table: where,
             dryRun: options.dryRun === true,
             count,
             limit: limit ?? null,
+            ...(countExpired ? {} : { expiredByBackend: true }),
           });
           return;
         }
@@ -65,6 +68,7 @@ export function addPurgeCommand(program: Command, context: CommandContext): void
             : `purged ${plural(count, 'record')} from ${where}${bounded}`,
         );
         context.print(`rule: ${PURGE_RULE}`);
+        if (!countExpired) context.print(EXPIRED_BY_REDIS);
       });
     });
 }

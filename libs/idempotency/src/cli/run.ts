@@ -43,7 +43,7 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
 function buildProgram(context: CommandContext): Command {
   const program = new Command('nest-idempotency')
     .description(
-      'Operate the nest-idempotency PostgreSQL store: list, inspect and purge records; verify its guarantees.',
+      'Operate a nest-idempotency store (PostgreSQL, MySQL, MariaDB or Redis): list, inspect and purge records; verify its guarantees.',
     )
     .version(packageVersion(), '-V, --version')
     .exitOverride()
@@ -54,9 +54,21 @@ function buildProgram(context: CommandContext): Command {
       outputError: (text, write) => write(`${text.trimEnd().replace(/\s*\n\s*/g, ' ')}\n`),
     })
     .configureHelp({ showGlobalOptions: true })
-    .option('--database-url <url>', 'PostgreSQL URL (default: $DATABASE_URL)')
-    .option('--schema <name>', 'schema of the records table', 'public')
+    .option(
+      '--database-url <url>',
+      'postgres://, mysql:// or mariadb:// URL (default: $DATABASE_URL); the scheme picks the DataSource type',
+    )
+    .option(
+      '--schema <name>',
+      "schema of the records table (default: public; MySQL/MariaDB: the URL's database)",
+    )
     .option('--table <name>', 'the records table', 'idempotency_records')
+    .option(
+      '--redis-url <url>',
+      'redis:// or rediss:// URL of the Redis store (default: $REDIS_URL); with --redis-cluster, comma-separated seed nodes',
+    )
+    .option('--redis-cluster', 'the Redis URLs are seed nodes of a Redis Cluster')
+    .option('--key-prefix <prefix>', 'key prefix of the Redis store (default: idempotency:)')
     .option(
       '--timeout <ms>',
       'bound on connecting and on each statement',

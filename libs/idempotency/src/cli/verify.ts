@@ -1,32 +1,22 @@
-import { randomBytes } from 'node:crypto';
 import { Command } from 'commander';
-import type { DataSource } from 'typeorm';
-import { schemaSql } from '../stores/typeorm/postgres/schema';
-import { qualified, quoteIdent, TableName } from '../stores/typeorm/table';
-import { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
 import type { ContractHarness } from '../testing/harness';
 import { runIdempotencyStoreContract, ScenarioResult } from '../testing/run-contract';
 import { STORE_CONTRACT } from '../testing/scenarios';
 import { wholeNumber } from './arguments';
-import {
-  boundedQuery,
-  Connection,
-  describeError,
-  openDataSource,
-  quietLogger,
-  sqlState,
-  toCliError,
-} from './connection';
+import { Connection, openBackend, VerifyRun } from './connection';
 import { CommandContext } from './context';
 import { CliError, ExitCode } from './exit-codes';
 import { renderTable } from './format';
+import { quoteIdent } from '../stores/typeorm/table';
 
 /**
  * `verify` grades the store's contract (nest-idempotency/testing's
  * catalogue, the same scenarios the store's own tests run) on the configured
- * PostgreSQL, in a scratch schema it creates and always drops. Instance A and
- * instance B are separate connection pools, as two application instances
- * would have; B polls once a minute, so only a notification wakes it quickly.
+ * database or Redis, in a scratch namespace it creates and always removes: a
+ * schema on PostgreSQL, a table on MySQL and MariaDB, a key prefix on Redis.
+ * Instance A and instance B have connections of their own, as two
+ * application instances would; B polls once a minute, so only a real
+ * wake-up (a notification, MySQL's cross-instance poll, pub/sub) wakes it quickly.
  */
 export type { Grade } from '../testing/run-contract';
 
@@ -53,7 +43,7 @@ export function addVerifyCommand(program: Command, context: CommandContext): voi
   program
     .command('verify')
     .description(
-      "grade the store's guarantees on this database, in a scratch schema that is created and dropped",
+      "grade the store's guarantees on this database or Redis, in a scratch schema (MySQL/MariaDB: table; Redis: key prefix) that is created and removed",
     )
     .option(
       '--concurrency <n>',
@@ -70,7 +60,7 @@ export function addVerifyCommand(program: Command, context: CommandContext): voi
     .option('--json', 'print JSON')
     .action(async (options: VerifyOptions, command: Command) => {
       const connection = context.connection(command);
-      // Ctrl-C stops between checks; the scratch schema is still dropped.
+      // Ctrl-C stops between checks; the scratch namespace is still removed.
       if (context.io.interrupt) context.io.interrupt.handled = true;
       const outcome = await runVerify(
         connection,
@@ -79,16 +69,26 @@ export function addVerifyCommand(program: Command, context: CommandContext): voi
       );
       const counts = { PASS: 0, FAIL: 0, 'N/A': 0 };
       for (const result of outcome.results) counts[result.grade]++;
+      // A scenario the store declares not applicable (Redis expires records itself) is not a
+      // guarantee left unchecked: it is not one this store makes.
+      const unchecked = counts['N/A'] - outcome.doesNotApply.length;
+      const { scratch } = outcome;
+      const removed = outcome.removeError === undefined;
       if (options.json) {
         context.printJson({
+          store: storeKind(connection),
           target: connection.target,
           serverVersion: outcome.serverVersion,
           roundTripMs: outcome.roundTripMs,
-          scratchSchema: outcome.schema,
-          scratchSchemaDropped: outcome.dropError === undefined,
+          ...scratchJson(scratch, removed),
           interrupted: outcome.interrupted,
           results: outcome.results,
-          summary: { pass: counts.PASS, fail: counts.FAIL, notApplicable: counts['N/A'] },
+          summary: {
+            pass: counts.PASS,
+            fail: counts.FAIL,
+            notApplicable: counts['N/A'],
+            doesNotApply: outcome.doesNotApply.length,
+          },
         });
       } else {
         context.print(
@@ -102,34 +102,37 @@ export function addVerifyCommand(program: Command, context: CommandContext): voi
           ? `NOT VERIFIED: interrupted after ${outcome.results.length} of ${STORE_CONTRACT.length} checks`
           : counts.FAIL > 0
             ? 'NOT VERIFIED: a guarantee failed'
-            : counts['N/A'] > 0
+            : unchecked > 0
               ? 'NOT VERIFIED: a guarantee could not be checked (N/A is not a pass)'
               : 'verified';
+        const notApplicable =
+          outcome.doesNotApply.length > 0
+            ? ` (${outcome.doesNotApply.length} of them ${outcome.doesNotApply.length === 1 ? 'does' : 'do'} not apply to this store)`
+            : '';
         context.print(
-          `${counts.PASS} PASS, ${counts.FAIL} FAIL, ${counts['N/A']} N/A: ${verdict}. ` +
-            `PostgreSQL ${outcome.serverVersion} at ${connection.target}, round trip ${outcome.roundTripMs} ms; ` +
-            `scratch schema ${outcome.schema} ${outcome.dropError === undefined ? 'dropped' : 'NOT dropped'}.`,
+          `${counts.PASS} PASS, ${counts.FAIL} FAIL, ${counts['N/A']} N/A${notApplicable}: ${verdict}. ` +
+            `${serverLabel(connection)} ${outcome.serverVersion} at ${connection.target}, round trip ${outcome.roundTripMs} ms; ` +
+            scratchLine(scratch, removed),
         );
       }
-      if (outcome.dropError !== undefined) {
-        throw new CliError(
-          `could not drop the scratch schema ${outcome.schema}: ${outcome.dropError}; drop it with: DROP SCHEMA ${quoteIdent(outcome.schema)} CASCADE`,
-          ExitCode.ERROR,
-        );
-      }
+      if (!removed) throw removalFailed(scratch, outcome.removeError!, outcome.cleanupHint);
       if (outcome.interrupted) throw new CliError('interrupted', ExitCode.INTERRUPTED);
-      if (counts.FAIL > 0 || counts['N/A'] > 0) context.exitCode = ExitCode.VERIFY_FAILED;
+      if (counts.FAIL > 0 || unchecked > 0) context.exitCode = ExitCode.VERIFY_FAILED;
     });
 }
 
 interface VerifyOutcome {
-  schema: string;
+  scratch: VerifyRun['scratch'];
   results: GuaranteeResult[];
+  /** Ids of the scenarios graded N/A because the store declares they do not apply. */
+  doesNotApply: string[];
   serverVersion: string;
   roundTripMs: number;
   interrupted: boolean;
-  /** Set when the scratch schema could not be dropped. */
-  dropError?: string;
+  /** Set when the scratch namespace could not be removed. */
+  removeError?: string;
+  /** The statement (or command) that removes it by hand. */
+  cleanupHint: string;
 }
 
 export async function runVerify(
@@ -137,112 +140,97 @@ export async function runVerify(
   scale: { concurrency: number; raceIterations: number },
   signal?: AbortSignal,
 ): Promise<VerifyOutcome> {
-  const schema = `nest_idempotency_verify_${randomBytes(6).toString('hex')}`;
-  const table: TableName = { schema, table: connection.table };
-  const admin = await openDataSource(connection, 6);
-  const opened: DataSource[] = [];
-  const stores: TypeOrmIdempotencyStore[] = [];
+  const backend = await openBackend(connection);
   const outcome: VerifyOutcome = {
-    schema,
+    scratch: { kind: connection.kind === 'redis' ? 'prefix' : 'schema', name: '?' },
     results: [],
+    doesNotApply: [],
     serverVersion: '?',
     roundTripMs: 0,
     interrupted: false,
+    cleanupHint: '',
   };
-  let created = false;
   try {
-    const query = <T>(sql: string, what: string, params: unknown[] = []) =>
-      boundedQuery<T>(admin, connection.timeoutMs, what, sql, params);
-    const [version] = await query<{ server_version: string }>('SHOW server_version', 'SHOW');
-    outcome.serverVersion = version.server_version;
-    outcome.roundTripMs = await measureRoundTrip(admin, connection.timeoutMs);
-    try {
-      await query(`CREATE SCHEMA ${quoteIdent(schema)}`, 'CREATE SCHEMA');
-      created = true;
-    } catch (error) {
-      if (sqlState(error) === '42501') {
-        throw new CliError(
-          `verify needs to create a scratch schema, and this login may not: ${describeError(error)}`,
-          ExitCode.SCHEMA,
-        );
-      }
-      throw error;
-    }
-    for (const sql of schemaSql(table)) await query(sql, 'CREATE TABLE');
-
-    const store = (dataSource: DataSource, pollIntervalMs?: number) => {
-      const instance = new TypeOrmIdempotencyStore(dataSource, {
-        schema,
-        table: table.table,
-        operationTimeoutMs: Math.max(connection.timeoutMs, 5000),
-        pollIntervalMs,
-        logger: quietLogger,
-      });
-      stores.push(instance);
-      return instance;
-    };
-    const other = await openDataSource(connection, 6);
-    opened.push(other);
-    const harness: ContractHarness = {
-      store: store(admin),
-      other: store(other, 60_000),
-      clock: 'store',
-      // Every column of a scope's rows and their row version (xmin), which any write changes.
-      snapshot: async (scope) =>
-        JSON.stringify(
-          await query(
-            `SELECT xmin::text AS xmin, row_to_json(r)::text AS row FROM ${qualified(table)} r WHERE scope = $1 ORDER BY id`,
-            'the snapshot query',
-            [scope],
-          ),
-        ),
-    };
-    const results = await runIdempotencyStoreContract(harness, { scale, signal });
-    outcome.interrupted = signal?.aborted === true && results.length < STORE_CONTRACT.length;
-    outcome.results = results.map((r) => ({
-      id: r.id,
-      guarantee: r.title,
-      grade: r.grade,
-      measured: r.measured,
-    }));
+    const run = await backend.verify(
+      async ({ harness, serverVersion, roundTripMs }) => {
+        outcome.serverVersion = serverVersion;
+        outcome.roundTripMs = roundTripMs;
+        const results = await runIdempotencyStoreContract(harness, { scale, signal });
+        outcome.interrupted = signal?.aborted === true && results.length < STORE_CONTRACT.length;
+        outcome.doesNotApply = declaredNotApplicable(results, harness);
+        outcome.results = results.map((r) => ({
+          id: r.id,
+          guarantee: r.title,
+          grade: r.grade,
+          measured: r.measured,
+        }));
+      },
+      (scratch) => (outcome.scratch = scratch),
+    );
+    outcome.removeError = run.removeError;
+    outcome.cleanupHint = run.cleanupHint;
   } catch (error) {
-    throw toCliError(error, connection);
-  } finally {
-    for (const instance of stores) await instance.close().catch(() => undefined);
-    for (const dataSource of opened) await dataSource.destroy().catch(() => undefined);
-    if (created) {
-      try {
-        await boundedQuery(
-          admin,
-          Math.max(connection.timeoutMs, 5000),
-          'DROP SCHEMA',
-          `DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`,
-        );
-      } catch (error) {
-        outcome.dropError = describeError(error);
-      }
-    }
-    await admin.destroy().catch(() => undefined);
+    throw backend.toCliError(error);
   }
   return outcome;
 }
 
-async function measureRoundTrip(dataSource: DataSource, timeoutMs: number): Promise<number> {
-  const samples: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    const started = performance.now();
-    await boundedQuery(dataSource, timeoutMs, 'SELECT 1', 'SELECT 1');
-    samples.push(performance.now() - started);
+/** The N/A results whose scenario says it does not apply to this harness (not a setup failure). */
+function declaredNotApplicable(results: ScenarioResult[], harness: ContractHarness): string[] {
+  return results
+    .filter((r) => r.grade === 'N/A')
+    .filter((r) => STORE_CONTRACT.find((s) => s.id === r.id)?.notApplicable?.(harness))
+    .map((r) => r.id);
+}
+
+function storeKind(connection: Connection): string {
+  if (connection.kind === 'redis') return connection.cluster ? 'redis-cluster' : 'redis';
+  return connection.dialect;
+}
+
+function serverLabel(connection: Connection): string {
+  return connection.kind === 'redis' ? 'Redis' : connection.label;
+}
+
+/** PostgreSQL keeps the fields it always had (scratchSchema, scratchSchemaDropped). */
+function scratchJson(scratch: VerifyRun['scratch'], removed: boolean): Record<string, unknown> {
+  switch (scratch.kind) {
+    case 'schema':
+      return { scratchSchema: scratch.name, scratchSchemaDropped: removed };
+    case 'table':
+      return { scratchTable: scratch.name, scratchTableDropped: removed };
+    case 'prefix':
+      return { scratchPrefix: scratch.name, scratchPrefixDeleted: removed };
   }
-  return round(median(samples));
 }
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((x, y) => x - y);
-  return sorted[Math.floor(sorted.length / 2)];
+function scratchLine(scratch: VerifyRun['scratch'], removed: boolean): string {
+  switch (scratch.kind) {
+    case 'schema':
+      return `scratch schema ${scratch.name} ${removed ? 'dropped' : 'NOT dropped'}.`;
+    case 'table':
+      return `scratch table ${scratch.name} ${removed ? 'dropped' : 'NOT dropped'}.`;
+    case 'prefix':
+      return `scratch keys ${scratch.name}* ${removed ? 'deleted' : 'NOT deleted'}.`;
+  }
 }
 
-/** Milliseconds to one decimal below 10, whole above. */
-function round(ms: number): number {
-  return Math.abs(ms) < 10 ? Math.round(ms * 10) / 10 : Math.round(ms);
+function removalFailed(scratch: VerifyRun['scratch'], error: string, hint: string): CliError {
+  switch (scratch.kind) {
+    case 'schema':
+      return new CliError(
+        `could not drop the scratch schema ${scratch.name}: ${error}; drop it with: DROP SCHEMA ${quoteIdent(scratch.name)} CASCADE`,
+        ExitCode.ERROR,
+      );
+    case 'table':
+      return new CliError(
+        `could not drop the scratch table ${scratch.name}: ${error}; drop it with: ${hint}`,
+        ExitCode.ERROR,
+      );
+    case 'prefix':
+      return new CliError(
+        `could not delete the scratch keys ${scratch.name}*: ${error}; delete them with: ${hint}`,
+        ExitCode.ERROR,
+      );
+  }
 }
