@@ -255,7 +255,7 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
     await stall('acquire', [engineKey, httpKey]);
     const engineCall = charge(engineKey);
     const httpCall = post('/charges', httpKey, { amount: 1 });
-    await stalled('WITH stolen AS', 2);
+    await stalled('ON CONFLICT (id) DO NOTHING', 2); // the acquiring insert
 
     const restartedAt = await restart();
     expectUnavailable(await engineCall, 'unavailable during acquire');
@@ -342,7 +342,7 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
     await stall('complete', [engineKey, httpKey]);
     const eventsBefore = local.events.length;
     release();
-    await stalled('WITH done AS', 2);
+    await stalled("SET state = 'COMPLETE'", 2); // the completing update
 
     const restartedAt = await restart();
     const engineDone = await engineCall;
@@ -434,7 +434,8 @@ describe('fault 4: PostgreSQL restarted during acquire, action and completion', 
     expect(app.alive).toBe(true);
     // The store's LISTEN connection (outside the pool) is back too, so waiters are woken by
     // NOTIFY again rather than by polling. No event says so: look, bounded (its backoff is ≤ 5 s).
-    const listener = (local.store as unknown as { listener?: { listening: boolean } }).listener;
+    const listener = (local.store as unknown as { dialect?: { listener?: { listening: boolean } } })
+      .dialect?.listener;
     for (let i = 0; i < 120 && !listener?.listening; i++) await delay(50);
     expect(listener?.listening).toBe(true);
     expectNoRawKeys(app.output() + local.logs.join('\n'), keys);
