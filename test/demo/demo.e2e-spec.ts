@@ -7,7 +7,18 @@ import path from 'node:path';
 import * as amqp from 'amqplib';
 import { Client } from 'pg';
 import { freePort } from '../../tools/embedded-postgres';
+import { RedisKeys } from '../../libs/idempotency/src/stores/redis/keys';
+import { mariadbAvailable, mysqlTestUrl } from '../support/mariadb';
 import { testDatabaseUrl } from '../support/postgres';
+import {
+  connectStandalone,
+  deletePrefix,
+  describeIfRedis,
+  probeRedisSync,
+  redisUrl,
+  scanAll,
+  scratchPrefix,
+} from '../support/redis';
 
 const ROOT = path.resolve(__dirname, '../..');
 
@@ -87,6 +98,23 @@ async function pay(url: string, key: string) {
 
 const count = async (url: string) =>
   ((await (await fetch(`${url}/payments`)).json()) as { count: number }).count;
+
+/** A fresh database on the run's PostgreSQL, its URL, and what drops it. */
+async function scratchPostgres(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const admin = new Client({ connectionString: testDatabaseUrl() });
+  await admin.connect();
+  const database = `demo_${randomBytes(4).toString('hex')}`;
+  await admin.query(`CREATE DATABASE ${database}`);
+  const url = new URL(testDatabaseUrl());
+  url.pathname = `/${database}`;
+  return {
+    url: url.toString(),
+    drop: async () => {
+      await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+      await admin.end();
+    },
+  };
+}
 
 describe('demo application', () => {
   it('on a given DATABASE_URL: the curl pair replays, one row is written, Ctrl-C exits cleanly', async () => {
@@ -240,4 +268,106 @@ describe('demo application', () => {
       fs.rmSync(dataDir, { recursive: true, force: true });
     }
   }, 120_000);
+
+  it('refuses DEMO_STORE=redis without REDIS_URL before it starts anything', async () => {
+    const failed = await startDemo({ DEMO_STORE: 'redis', REDIS_URL: undefined }).then(
+      () => new Error('the demo started'),
+      (error: Error) => error,
+    );
+    expect(failed.message).toMatch(/^demo exited with 1 before listening/);
+    expect(failed.message).toContain(
+      'DEMO_STORE=redis needs REDIS_URL, e.g. REDIS_URL=redis://127.0.0.1:6379',
+    );
+    expect(failed.message).not.toContain('embedded PostgreSQL');
+  });
+
+  describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
+    'with DEMO_STORE=redis: idempotency records in Redis, payments in PostgreSQL',
+    () => {
+      it('the curl pair replays from Redis, one row is written, no records table in the database; Ctrl-C exits cleanly', async () => {
+        const database = await scratchPostgres();
+        const prefix = scratchPrefix('demo');
+        const redis = await connectStandalone(redisUrl());
+        try {
+          const demo = await startDemo({
+            DATABASE_URL: database.url,
+            AMQP_URL: undefined,
+            DEMO_STORE: 'redis',
+            REDIS_URL: redisUrl(),
+            DEMO_REDIS_PREFIX: prefix,
+          });
+          expect(demo.output()).toContain(
+            `idempotency records in Redis at REDIS_URL, key prefix ${prefix}; payments in the database`,
+          );
+          const key = randomUUID();
+          const first = await pay(demo.url, key);
+          const second = await pay(demo.url, key);
+          expect(first.status).toBe(201);
+          expect(second).toEqual({ status: 201, replayed: 'true', text: first.text });
+          expect(await count(demo.url)).toBe(1);
+          // The record is the Redis store's, under the demo's prefix.
+          const recordKey = new RedisKeys(prefix).record('PaymentsController.create', key).key;
+          expect(await scanAll(redis, `${prefix}*`)).toEqual([recordKey]);
+          expect(await redis.hGet(recordKey, 'st')).toBe('COMPLETE');
+          expect(await stopDemo(demo)).toBe(0);
+          // Only the demo's own table (and TypeORM's migrations) went into PostgreSQL.
+          const client = new Client({ connectionString: database.url });
+          await client.connect();
+          const tables = (
+            await client.query(
+              `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1`,
+            )
+          ).rows.map((row: { table_name: string }) => row.table_name);
+          await client.end();
+          expect(tables).toEqual(['demo_payments', 'migrations']);
+        } finally {
+          await deletePrefix(redis, prefix);
+          redis.destroy();
+          await database.drop();
+        }
+      });
+    },
+  );
+
+  describe.runIf(mariadbAvailable())('on DATABASE_URL=mysql://… (MariaDB)', () => {
+    it('payments and idempotency records in MariaDB: the curl pair replays, one row per payment', async () => {
+      const { default: mysql } = await import('mysql2/promise');
+      const admin = await mysql.createConnection({ uri: mysqlTestUrl() });
+      const database = `demo_${randomBytes(4).toString('hex')}`;
+      await admin.query(`CREATE DATABASE \`${database}\``);
+      const url = new URL(mysqlTestUrl());
+      url.pathname = `/${database}`;
+      try {
+        const demo = await startDemo({ DATABASE_URL: url.toString(), AMQP_URL: undefined });
+        expect(demo.output()).toContain('using DATABASE_URL (MySQL)');
+        const key = randomUUID();
+        const first = await pay(demo.url, key);
+        const second = await pay(demo.url, key);
+        expect(first.status).toBe(201);
+        expect(second).toEqual({ status: 201, replayed: 'true', text: first.text });
+        const order = `${demo.url}/orders/o-1/payment`;
+        const body = JSON.stringify({ amount: 500, customerId: 'c-9' });
+        for (let i = 0; i < 2; i++) {
+          const response = await fetch(order, {
+            method: 'PUT',
+            headers: { 'content-type': 'application/json' },
+            body,
+          });
+          expect(response.status).toBe(200);
+        }
+        expect(await count(demo.url)).toBe(2);
+        expect(await stopDemo(demo)).toBe(0);
+        const [records] = await admin.query(
+          `SELECT scope, state FROM \`${database}\`.idempotency_records ORDER BY scope`,
+        );
+        expect(records).toEqual([
+          { scope: 'PaymentsController.create', state: 'COMPLETE' },
+          { scope: 'PaymentsController.payOrder', state: 'COMPLETE' },
+        ]);
+      } finally {
+        await admin.query(`DROP DATABASE IF EXISTS \`${database}\``);
+        await admin.end();
+      }
+    });
+  });
 });

@@ -6,11 +6,13 @@ import { IdempotencyEngine } from 'nest-idempotency';
 import path from 'node:path';
 import { EmbeddedServer, startEmbeddedPostgres } from '../../../tools/embedded-postgres';
 import { AppModule } from './app.module';
+import { demoDialect, demoStore } from './config';
 import { startDemoMetrics } from './metrics';
 
 const logger = new Logger('Demo');
 
 async function main(): Promise<void> {
+  const store = demoStore();
   let embedded: EmbeddedServer | undefined;
   if (!process.env.DATABASE_URL) {
     // Kept across restarts under a git-ignored folder of the project.
@@ -24,8 +26,14 @@ async function main(): Promise<void> {
     process.env.DATABASE_URL = embedded.url;
     logger.log(`embedded PostgreSQL at ${embedded.url} (data in ${dataDir})`);
   } else {
-    logger.log('using DATABASE_URL');
+    const names = { postgres: 'PostgreSQL', mysql: 'MySQL', mariadb: 'MariaDB' } as const;
+    logger.log(`using DATABASE_URL (${names[demoDialect()]})`);
   }
+  logger.log(
+    store.redis
+      ? `idempotency records in Redis at REDIS_URL, key prefix ${store.redis.keyPrefix}; payments in the database`
+      : 'idempotency records in the database, beside the payments (set DEMO_STORE=redis and REDIS_URL for Redis)',
+  );
 
   // Before the application: the module's telemetry uses the global meter provider.
   const demoMetrics = await startDemoMetrics(process.env.DEMO_METRICS);
@@ -34,7 +42,11 @@ async function main(): Promise<void> {
 
   const amqpUrl = process.env.AMQP_URL;
   const app = await NestFactory.create(
-    AppModule.register({ withConsumer: Boolean(amqpUrl), telemetry: Boolean(demoMetrics) }),
+    AppModule.register({
+      withConsumer: Boolean(amqpUrl),
+      telemetry: Boolean(demoMetrics),
+      store,
+    }),
   );
   // What the library did with each request or message, by key digest (never the key).
   const events = new Logger('Idempotency');

@@ -1,4 +1,8 @@
 import { Column, CreateDateColumn, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import { demoDialect } from '../config';
+
+// The database is known when this file loads: DATABASE_URL's scheme, PostgreSQL without one.
+const POSTGRES = demoDialect() === 'postgres';
 
 /** The demo's real work: one row per payment taken. A duplicate that slipped through would be a second row. */
 @Entity({ name: 'demo_payments' })
@@ -19,6 +23,7 @@ export class Payment {
   @Column('text')
   source!: string;
 
-  @CreateDateColumn({ type: 'timestamptz' })
+  /** MySQL and MariaDB have no `timestamptz`: a DATETIME(6), as the migration makes it. */
+  @CreateDateColumn(POSTGRES ? { type: 'timestamptz' } : { type: 'datetime', precision: 6 })
   createdAt!: Date;
 }
