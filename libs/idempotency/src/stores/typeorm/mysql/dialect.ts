@@ -1,3 +1,4 @@
+import type { QueryRunner } from 'typeorm';
 import {
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
@@ -18,6 +19,7 @@ import type {
   SqlLease,
 } from '../dialect';
 import type { TableName } from '../table';
+import { loggedScope } from '../query-log';
 import { matchedRows, MysqlOk, mysqlStoreQuery } from './query';
 import {
   assertMysqlTableShape,
@@ -211,6 +213,7 @@ export class MysqlDialect implements Dialect {
     const logged = {
       ...values,
       id: record.idHex,
+      scope: loggedScope(record.scope),
       key: record.digest,
     };
     return {
@@ -278,6 +281,21 @@ export class MysqlDialect implements Dialect {
     return true;
   }
 
+  async completeIn(runner: QueryRunner, lease: SqlLease, payload: StoredPayload): Promise<boolean> {
+    const { id, leaseId, ttlMs } = lease;
+    const done = await runner.query(
+      this.sql.complete.text,
+      bind(this.sql.complete, { id, lease: leaseId, payload, ttlMs }),
+      true,
+    );
+    return (done.affected ?? (done.raw as MysqlOk).affectedRows) > 0;
+  }
+
+  afterCommit(lease: SqlLease): void {
+    // Other instances see the commit at their next poll.
+    this.context.waiters.notify(lease.idHex);
+  }
+
   async release(lease: SqlLease): Promise<boolean> {
     const { id, idHex, leaseId } = lease;
     const ok = await this.query<MysqlOk>(
@@ -327,10 +345,14 @@ export class MysqlDialect implements Dialect {
   }
 
   async list(filter: ListFilter): Promise<IdempotencyRecordView[]> {
-    const rows = await this.query<ViewRow[]>('list', this.sql.list, {
+    const values = {
       scope: filter.scope ?? null,
       state: filter.state ?? null,
       limit: filter.limit ?? 100,
+    };
+    const rows = await this.query<ViewRow[]>('list', this.sql.list, values, {
+      ...values,
+      scope: values.scope === null ? null : loggedScope(values.scope),
     });
     return rows.map(toView);
   }
