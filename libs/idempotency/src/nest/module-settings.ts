@@ -128,10 +128,9 @@ function compileStore(option: IdempotencyModuleOptions['store'] | undefined): Id
 }
 
 function redisStoreFrom(redis: IdempotencyStoreFromOptions['redis'] | undefined): IdempotencyStore {
-  const where = `${WHERE}: option "store.redis"`;
   if (!redis || typeof redis !== 'object') {
     throw new IdempotencyConfigError(
-      `${where} must be an object such as { url: 'redis://host:6379' }`,
+      `${WHERE}: option "store.redis" must be an object such as { url: 'redis://host:6379' }`,
     );
   }
   const { url, ...options } = redis;
@@ -145,7 +144,9 @@ function redisStoreFrom(redis: IdempotencyStoreFromOptions['redis'] | undefined)
   } catch (error) {
     if (!(error instanceof IdempotencyConfigError)) throw error;
     const message = error.message.replace(/^RedisIdempotencyStore(\.fromUrl)?:?\s*/, '');
-    throw new IdempotencyConfigError(`${where}: ${message}`, { cause: error });
+    throw new IdempotencyConfigError(`${WHERE}: option "store.redis": ${message}`, {
+      cause: error,
+    });
   }
 }
 
