@@ -78,6 +78,19 @@ const REQUIRED_EDGES: Record<ExpiryRule, string[]> = {
   backend: [...COMMON_EDGES, 'the backend expires COMPLETE', 'the backend expires IN_PROGRESS'],
 };
 
+/** Strict mode's edges, required of a strict run besides its rule's. */
+const STRICT_EDGES = [
+  'acquire → ambiguous (moved: lease expired)',
+  'acquire → ambiguous (strict)',
+  'acquire → ambiguous (not strict)',
+  'markAmbiguous → done',
+  'markAmbiguous → lease-lost',
+  'resolve → resolved (completed)',
+  'resolve → resolved (not-executed)',
+  'resolve → not-ambiguous',
+  'complete → lease-lost (AMBIGUOUS)',
+];
+
 /**
  * Runs RUNS generated sequences against `stores()` (fresh stores or a fresh
  * scope per run; `reset` empties what a purge counts) and the model, then
@@ -87,6 +100,8 @@ async function agreeWithModel(
   expiry: ExpiryRule,
   stores: () => Promise<StoreUnderTest[]>,
   reset: () => Promise<unknown> = async () => undefined,
+  /** Strict mode too (stores that declare `strictMode`): its edges are then required as well. */
+  strict = false,
 ): Promise<void> {
   const coverage = new Map<string, number>();
   const setup = async () => {
@@ -100,14 +115,14 @@ async function agreeWithModel(
   };
 
   await fc.assert(
-    fc.asyncProperty(lifecycleCommands(MAX_COMMANDS), (commands) =>
+    fc.asyncProperty(lifecycleCommands(MAX_COMMANDS, strict), (commands) =>
       fc.asyncModelRun(setup, commands),
     ),
     { numRuns: RUNS },
   );
 
   const labels = [...coverage.keys()];
-  const missed = REQUIRED_EDGES[expiry].filter(
+  const missed = [...REQUIRED_EDGES[expiry], ...(strict ? STRICT_EDGES : [])].filter(
     (edge) => !labels.some((label) => label.includes(edge)),
   );
   expect({ missed, seen: Object.fromEntries(coverage) }).toMatchObject({ missed: [] });
@@ -148,6 +163,12 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
       async () => [postgres, await inMemoryUnderTest()],
       () => dataSource.query(`TRUNCATE "${schema}".idempotency_records`),
     );
+  }, 120_000);
+});
+
+describe('Record lifecycle: in-memory store in strict mode against a reference model', () => {
+  it('agrees with the model, AMBIGUOUS and resolution included', async () => {
+    await agreeWithModel('purge', async () => [await inMemoryUnderTest()], undefined, true);
   }, 120_000);
 });
 
@@ -212,6 +233,10 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
     // Each run has a scope of its own; a purge has nothing to count on Redis.
     it('agrees with the model after every step of random interleavings', async () => {
       await agreeWithModel('backend', async () => [redis]);
+    }, 120_000);
+
+    it('agrees with the model in strict mode, AMBIGUOUS and resolution included', async () => {
+      await agreeWithModel('backend', async () => [redis], undefined, true);
     }, 120_000);
   },
 );

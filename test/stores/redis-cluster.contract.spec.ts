@@ -27,6 +27,6 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')('Redis Cluster (3
         },
       });
     },
-    { expiry: 'backend' },
+    { expiry: 'backend', strictMode: true },
   );
 });

@@ -184,7 +184,11 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
             (c) => c.from !== waiterAddress && c.from !== 'lua' && c.name.includes('SUBSCRIBE'),
           );
           expect(names(fromWaiter)).toEqual(['EVALSHA', 'EVALSHA']);
-          expect(fromWaiter.map((c) => c.args.at(-1))).toEqual(['0', '1']); // watch: off, then on
+          // The marking flag is the acquire script's next-to-last argument (the last: strict mode, off).
+          expect(fromWaiter.map((c) => c.args.slice(-2))).toEqual([
+            ['0', '0'],
+            ['1', '0'],
+          ]); // watch: off, then on
           expect(subscriber.map((c) => [c.name, ...c.args])).toEqual([['SUBSCRIBE', `${prefix}w`]]);
           await store.complete(lease, encodeValue('v'));
           expect((await result).kind).toBe('duplicate');
@@ -198,7 +202,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
           const later = await spy.since();
           const secondLooks = later.filter((c) => c.from === waiterAddress);
           expect(names(secondLooks)).toEqual(['EVALSHA']);
-          expect(secondLooks[0].args.at(-1)).toBe('1');
+          expect(secondLooks[0].args.slice(-2)).toEqual(['1', '0']);
           expect(later.filter((c) => c.name.includes('SUBSCRIBE'))).toEqual([]);
           await store.complete(second, encodeValue('v2'));
           expect((await secondResult).kind).toBe('duplicate');

@@ -10,6 +10,7 @@ import {
 import {
   AcquireOutcome,
   Expected,
+  ResolveOutcome,
   Fingerprint,
   HeldOutcome,
   Key,
@@ -159,12 +160,14 @@ class Acquire extends LifecycleCommand {
   constructor(
     readonly key: Key,
     readonly fingerprint: Fingerprint | undefined,
+    /** `onExpiredLease: 'refuse'` (strict mode). */
+    readonly strict = false,
   ) {
     super();
   }
 
   onModel(model: LifecycleModel): Expected<AcquireOutcome> {
-    return model.acquire(this.key, this.fingerprint);
+    return model.acquire(this.key, this.fingerprint, this.strict);
   }
 
   async onStore(session: StoreSession): Promise<AcquireOutcome | { unexpected: unknown }> {
@@ -175,8 +178,16 @@ class Acquire extends LifecycleCommand {
       ttlMs: TTL_MS,
       waitTimeoutMs: 0,
       fingerprint: this.fingerprint ?? null,
+      ...(this.strict ? { onExpiredLease: 'refuse' as const } : {}),
     });
     switch (result.kind) {
+      case 'ambiguous':
+        if (!(result.since instanceof Date)) return { unexpected: result };
+        return {
+          kind: 'ambiguous',
+          reason: result.reason,
+          transitioned: result.transitioned === true,
+        };
       case 'acquired':
         session.leases.push({ key: this.key, lease: result.lease });
         return { kind: 'acquired' };
@@ -194,7 +205,7 @@ class Acquire extends LifecycleCommand {
   }
 
   toString(): string {
-    return `acquire(${this.key}${this.fingerprint ? `, ${this.fingerprint}` : ''})`;
+    return `acquire(${this.key}${this.fingerprint ? `, ${this.fingerprint}` : ''}${this.strict ? ', strict' : ''})`;
   }
 }
 
@@ -262,6 +273,62 @@ class Release extends WithLease {
 
   toString(): string {
     return `release(${this.key}, ${describeRef(this.ref)})`;
+  }
+}
+
+/** Strict mode: the holder's action threw, so its record becomes AMBIGUOUS. */
+class MarkAmbiguous extends WithLease {
+  onModel(model: LifecycleModel, lease: LeaseNo): Expected<HeldOutcome> {
+    return model.markAmbiguous(this.key, lease);
+  }
+
+  onStore(session: StoreSession, lease: LeaseNo): Promise<HeldOutcome> {
+    return held(
+      session.sut.store.strictMode!.markAmbiguous(this.presented(session, lease), 'action-failed'),
+    );
+  }
+
+  toString(): string {
+    return `markAmbiguous(${this.key}, ${describeRef(this.ref)})`;
+  }
+}
+
+/** Strict mode: an operator (or a reconcile hook) says what happened; `payload` undefined: not executed. */
+class Resolve extends LifecycleCommand {
+  constructor(
+    readonly key: Key,
+    readonly payload: unknown,
+    readonly completed: boolean,
+  ) {
+    super();
+  }
+
+  private bytes() {
+    return this.completed ? encodeValue(this.payload) : undefined;
+  }
+
+  onModel(model: LifecycleModel): Expected<ResolveOutcome> {
+    return model.resolve(this.key, this.bytes(), 'cli:local');
+  }
+
+  async onStore(session: StoreSession): Promise<ResolveOutcome | { unexpected: unknown }> {
+    const bytes = this.bytes();
+    const result = await session.sut.store.strictMode!.resolve(
+      { scope: session.scope, key: this.key },
+      bytes === undefined
+        ? { outcome: 'not-executed', resolvedBy: 'cli:local' }
+        : { outcome: 'completed', payload: bytes, ttlMs: TTL_MS, resolvedBy: 'cli:local' },
+    );
+    if (result.kind === 'resolved') {
+      return result.resolvedAt instanceof Date ? { kind: 'resolved' } : { unexpected: result };
+    }
+    return result as ResolveOutcome;
+  }
+
+  toString(): string {
+    return this.completed
+      ? `resolve(${this.key}, completed, ${fc.stringify(this.payload)})`
+      : `resolve(${this.key}, not-executed)`;
   }
 }
 
@@ -381,9 +448,20 @@ const purge = fc.constant(new Purge());
  */
 export function lifecycleCommands(
   maxCommands: number,
+  /** Add strict mode: strict acquisitions, markAmbiguous and resolve (stores that declare `strictMode`). */
+  strict = false,
 ): fc.Arbitrary<Iterable<fc.AsyncCommand<LifecycleModel, ModelRun>>> {
+  const strictCommands = strict
+    ? [
+        fc.tuple(key, fingerprint).map(([k, f]) => new Acquire(k, f, true)),
+        fc.tuple(key, fingerprint).map(([k, f]) => new Acquire(k, f, true)),
+        fc.tuple(key, leaseRef).map(([k, r]) => new MarkAmbiguous(k, r)),
+        fc.tuple(key, payload, fc.boolean()).map(([k, p, c]) => new Resolve(k, p, c)),
+      ]
+    : [];
   return fc.commands<LifecycleModel, ModelRun, false>(
     [
+      ...strictCommands,
       acquire,
       acquire,
       acquire,

@@ -2,9 +2,12 @@ import type { StoredPayload } from 'nest-idempotency';
 
 /**
  * A reference model of one scope's records, small enough to check by eye against
- * the lifecycle: absent / IN_PROGRESS / COMPLETE; acquire, complete, release,
- * extend, steal after lease expiry, purge; fencing by lease; a COMPLETE record past
- * its TTL is absent to the next acquisition.
+ * the lifecycle: absent / IN_PROGRESS / COMPLETE / AMBIGUOUS; acquire, complete,
+ * release, extend, steal after lease expiry, purge; fencing by lease; a COMPLETE
+ * record past its TTL is absent to the next acquisition. Strict mode: an
+ * acquisition with `onExpiredLease: 'refuse'` moves an expired lease's record to
+ * AMBIGUOUS instead of stealing it, `markAmbiguous` does so for a failed action,
+ * and only `resolve` ends it (neither TTL nor purge does).
  *
  * Time is discrete. Leases and TTLs are long (minutes to an hour), so nothing
  * expires by itself while a run lasts; a lease or a TTL runs out only when a
@@ -39,7 +42,20 @@ export type ModelRecord =
       leaseExpired: boolean;
       ttlExpired: boolean;
     }
-  | { state: 'COMPLETE'; payload: StoredPayload; fingerprint: string | null; ttlExpired: boolean };
+  | {
+      state: 'COMPLETE';
+      payload: StoredPayload;
+      fingerprint: string | null;
+      ttlExpired: boolean;
+      /** Set when a resolution completed it. */
+      resolvedBy?: string;
+    }
+  | {
+      state: 'AMBIGUOUS';
+      fingerprint: string | null;
+      reason: 'lease-expired' | 'action-failed';
+      ttlExpired: boolean;
+    };
 
 /**
  * What a test sees of one key through `find()`, reduced to what the model knows.
@@ -48,14 +64,26 @@ export type ModelRecord =
 export type Snapshot =
   | null
   | { state: 'IN_PROGRESS'; fingerprint: string | null; leaseExpired: boolean; ttlExpired: boolean }
-  | { state: 'COMPLETE'; fingerprint: string | null; payload: StoredPayload; ttlExpired: boolean };
+  | {
+      state: 'COMPLETE';
+      fingerprint: string | null;
+      payload: StoredPayload;
+      ttlExpired: boolean;
+      resolvedBy?: string;
+    }
+  | { state: 'AMBIGUOUS'; fingerprint: string | null; reason: 'lease-expired' | 'action-failed' };
 
 /** `tryAcquire` with `waitTimeoutMs: 0`, reduced the same way. */
 export type AcquireOutcome =
   | { kind: 'acquired' }
   | { kind: 'duplicate'; payload: StoredPayload }
   | { kind: 'in-flight'; retryAfterWithinLease: true }
-  | { kind: 'fingerprint-mismatch' };
+  | { kind: 'fingerprint-mismatch' }
+  | { kind: 'ambiguous'; reason: 'lease-expired' | 'action-failed'; transitioned: boolean };
+
+/** Strict mode's `resolve`, reduced the same way. */
+export type ResolveOutcome =
+  { kind: 'resolved' } | { kind: 'not-ambiguous'; state: 'IN_PROGRESS' | 'COMPLETE' | null };
 
 /** `complete` and `release` either succeed or throw `IdempotencyLeaseLostError`. */
 export type HeldOutcome = 'done' | 'lease-lost';
@@ -93,6 +121,9 @@ export class LifecycleModel {
   snapshot(key: Key): Snapshot {
     const record = this.records.get(key);
     if (!record) return null;
+    if (record.state === 'AMBIGUOUS') {
+      return { state: 'AMBIGUOUS', fingerprint: record.fingerprint, reason: record.reason };
+    }
     return record.state === 'IN_PROGRESS'
       ? {
           state: 'IN_PROGRESS',
@@ -105,11 +136,45 @@ export class LifecycleModel {
           fingerprint: record.fingerprint,
           payload: record.payload,
           ttlExpired: record.ttlExpired,
+          ...(record.resolvedBy === undefined ? {} : { resolvedBy: record.resolvedBy }),
         };
   }
 
-  acquire(key: Key, fingerprint: Fingerprint | undefined): Expected<AcquireOutcome> {
-    const record = this.records.get(key);
+  /**
+   * `strict`: `onExpiredLease: 'refuse'`: an expired lease is not stolen; the
+   * record becomes AMBIGUOUS (whatever the fingerprint) and the caller is told
+   * so, or of a mismatch. An AMBIGUOUS record is never stolen, strict or not.
+   */
+  acquire(
+    key: Key,
+    fingerprint: Fingerprint | undefined,
+    strict = false,
+  ): Expected<AcquireOutcome> {
+    let record = this.records.get(key);
+    let transitioned = false;
+    if (record?.state === 'IN_PROGRESS' && record.leaseExpired && strict) {
+      record = {
+        state: 'AMBIGUOUS',
+        fingerprint: record.fingerprint,
+        reason: 'lease-expired',
+        ttlExpired: record.ttlExpired,
+      };
+      this.records.set(key, record);
+      transitioned = true;
+    }
+    if (record?.state === 'AMBIGUOUS') {
+      const moved = transitioned ? ' (moved: lease expired)' : '';
+      if (fingerprint && record.fingerprint && fingerprint !== record.fingerprint) {
+        return {
+          outcome: { kind: 'fingerprint-mismatch' },
+          labels: [`acquire → fingerprint-mismatch (AMBIGUOUS)${moved}`],
+        };
+      }
+      return {
+        outcome: { kind: 'ambiguous', reason: record.reason, transitioned },
+        labels: [`acquire → ambiguous${moved || ` (${strict ? 'strict' : 'not strict'})`}`],
+      };
+    }
     // Stealable: an expired lease, or a COMPLETE record past its TTL. A steal
     // starts over, so it ignores the old fingerprint.
     const stealable =
@@ -163,6 +228,51 @@ export class LifecycleModel {
     return {
       outcome: 'done',
       labels: [`complete → done${held.leaseExpired ? ' (lease expired, not stolen)' : ''}`],
+    };
+  }
+
+  /** Strict mode: the holder's action threw; allowed where release is. */
+  markAmbiguous(key: Key, lease: LeaseNo): Expected<HeldOutcome> {
+    const refusal = this.refusal(key, lease);
+    if (refusal)
+      return { outcome: 'lease-lost', labels: [`markAmbiguous → lease-lost (${refusal})`] };
+    const held = this.records.get(key) as Extract<ModelRecord, { state: 'IN_PROGRESS' }>;
+    this.records.set(key, {
+      state: 'AMBIGUOUS',
+      fingerprint: held.fingerprint,
+      reason: 'action-failed',
+      ttlExpired: held.ttlExpired,
+    });
+    return { outcome: 'done', labels: ['markAmbiguous → done'] };
+  }
+
+  /** Only an AMBIGUOUS record is resolved: completed (a fresh TTL) or not executed (gone). */
+  resolve(
+    key: Key,
+    payload: StoredPayload | undefined,
+    resolvedBy: string,
+  ): Expected<ResolveOutcome> {
+    const record = this.records.get(key);
+    if (record?.state !== 'AMBIGUOUS') {
+      return {
+        outcome: { kind: 'not-ambiguous', state: record?.state ?? null },
+        labels: [`resolve → not-ambiguous (${record?.state ?? 'absent'})`],
+      };
+    }
+    if (payload === undefined) {
+      this.records.delete(key);
+    } else {
+      this.records.set(key, {
+        state: 'COMPLETE',
+        payload,
+        fingerprint: record.fingerprint,
+        ttlExpired: false,
+        resolvedBy,
+      });
+    }
+    return {
+      outcome: { kind: 'resolved' },
+      labels: [`resolve → resolved (${payload === undefined ? 'not-executed' : 'completed'})`],
     };
   }
 
@@ -221,6 +331,8 @@ export class LifecycleModel {
         labels.push('purge spares IN_PROGRESS past its TTL with a live lease');
       } else if (record.state === 'IN_PROGRESS' && record.leaseExpired) {
         labels.push('purge spares IN_PROGRESS with an expired lease within its TTL');
+      } else if (record.state === 'AMBIGUOUS' && record.ttlExpired) {
+        labels.push('purge spares AMBIGUOUS past its TTL');
       }
     }
     return { outcome: purged, labels: labels.length > 0 ? labels : ['purge (nothing due)'] };
@@ -230,7 +342,7 @@ export class LifecycleModel {
     const record = this.records.get(key);
     if (lease === NEVER_ISSUED) return 'never-issued lease';
     if (!record) return 'absent';
-    if (record.state === 'COMPLETE') return 'COMPLETE';
+    if (record.state !== 'IN_PROGRESS') return record.state;
     if (record.lease !== lease) {
       return this.leaseKeys[lease] === key ? 'stale lease of this key' : "another key's lease";
     }
@@ -240,5 +352,6 @@ export class LifecycleModel {
 
 /** What `purgeExpired` deletes (decide.ts `isPurgeable`): COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
 function isDue(record: ModelRecord): boolean {
+  if (record.state === 'AMBIGUOUS') return false; // never: only a resolution ends it
   return record.ttlExpired && (record.state === 'COMPLETE' || record.leaseExpired);
 }

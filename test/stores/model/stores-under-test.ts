@@ -157,7 +157,7 @@ export function mariadbUnderTest(
  * Moves one deadline of a Redis record (`le`, the lease, or `e`, the TTL) to one
  * second before the server's TIME, in the store's own format, and sets the
  * key's expiry as the store's scripts do: the later of TTL and lease for an
- * IN_PROGRESS record, the TTL for a COMPLETE one. When both have passed, the
+ * IN_PROGRESS record, the TTL for a COMPLETE one, none for an AMBIGUOUS one. When both have passed, the
  * PEXPIREAT is in the past and Redis deletes the key there and then: the
  * store's own rule, not the helper's.
  */
@@ -168,6 +168,7 @@ if ARGV[1] == 'le' and r[1] ~= 'IN_PROGRESS' then return 0 end
 local t = redis.call('TIME')
 local past = string.format('%.3f', tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 - 1000)
 redis.call('HSET', KEYS[1], ARGV[1], past)
+if r[1] == 'AMBIGUOUS' then return 1 end -- no expiry: the store PERSISTs it
 local lease, ttl = r[2], r[3]
 if ARGV[1] == 'le' then lease = past else ttl = past end
 local at = tonumber(ttl)
@@ -207,7 +208,7 @@ export function redisUnderTest(
 interface MemoryDeadlines {
   scope: string;
   key: string;
-  state: 'IN_PROGRESS' | 'COMPLETE';
+  state: 'IN_PROGRESS' | 'COMPLETE' | 'AMBIGUOUS';
   leaseExpiresAt: number | null;
   expiresAt: number;
 }
@@ -273,6 +274,16 @@ export function snapshotOf(
     problems.push(`find(${id.key}) returned the record of ${view.scope}/${view.key}`);
   }
   const ttlExpired = view.expiresAt.getTime() - observedAt < TTL_MS / 2;
+  if (view.state === 'AMBIGUOUS') {
+    if (view.leaseExpiresAt !== null) problems.push('AMBIGUOUS with leaseExpiresAt');
+    if (view.leaseExpired) problems.push('AMBIGUOUS with leaseExpired=true');
+    if ('payload' in view) problems.push('AMBIGUOUS view carries a payload');
+    if (!(view.ambiguousSince instanceof Date)) problems.push('AMBIGUOUS without ambiguousSince');
+    if (view.resolvedBy !== undefined) problems.push('AMBIGUOUS with resolvedBy');
+    if (problems.length > 0) return { problems };
+    return { state: 'AMBIGUOUS', fingerprint: view.fingerprint, reason: view.ambiguousReason! };
+  }
+  if (view.ambiguousSince !== undefined) problems.push(`${view.state} with ambiguousSince`);
   if (view.state === 'IN_PROGRESS') {
     if (view.leaseExpiresAt === null) problems.push('IN_PROGRESS without leaseExpiresAt');
     else if (view.leaseExpiresAt.getTime() - observedAt < LEASE_MS / 2 !== view.leaseExpired) {
@@ -293,6 +304,15 @@ export function snapshotOf(
   if (view.completedAt === null) problems.push('COMPLETE without completedAt');
   if (!('payload' in view)) problems.push('COMPLETE view without a payload field');
   else if (!Buffer.isBuffer(view.payload)) problems.push('COMPLETE view payload is not bytes');
+  if ((view.resolvedBy === undefined) !== (view.resolvedAt === undefined)) {
+    problems.push('resolvedBy and resolvedAt must come together');
+  }
   if (problems.length > 0) return { problems };
-  return { state: 'COMPLETE', fingerprint: view.fingerprint, payload: view.payload!, ttlExpired };
+  return {
+    state: 'COMPLETE',
+    fingerprint: view.fingerprint,
+    payload: view.payload!,
+    ttlExpired,
+    ...(view.resolvedBy === undefined ? {} : { resolvedBy: view.resolvedBy }),
+  };
 }

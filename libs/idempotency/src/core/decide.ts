@@ -1,4 +1,11 @@
-import type { AcquireResult, RecordState, ReplayedRecord, StoredPayload } from './store';
+import type {
+  AcquireResult,
+  AmbiguityReason,
+  AmbiguousRecord,
+  RecordState,
+  ReplayedRecord,
+  StoredPayload,
+} from './store';
 
 /**
  * The rules every store applies, written once. Stores that decide in their
@@ -17,23 +24,48 @@ export interface ObservedRecord {
   /** COMPLETE: the stored payload. */
   payload: StoredPayload | null;
   completedAt: Date | null;
+  /** AMBIGUOUS (strict-mode stores): since when and why. */
+  ambiguousSince?: Date | null;
+  ambiguousReason?: AmbiguityReason | null;
+  /** True when this very look moved the record to AMBIGUOUS. */
+  transitioned?: boolean;
 }
 
-/** An IN_PROGRESS record whose lease ran out, or a COMPLETE one past its TTL, is taken by the next caller. */
+/**
+ * An IN_PROGRESS record whose lease ran out, or a COMPLETE one past its TTL,
+ * is taken by the next caller; in strict mode (`refuse`) an expired lease is
+ * not (see `becomesAmbiguous`). An AMBIGUOUS record never is.
+ */
 export function isStealable(
   state: RecordState,
   leaseLeftMs: number,
   expiresLeftMs: number,
+  onExpiredLease: 'steal' | 'refuse' = 'steal',
 ): boolean {
-  return state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0;
+  if (state === 'AMBIGUOUS') return false;
+  if (state === 'IN_PROGRESS') return leaseLeftMs <= 0 && onExpiredLease !== 'refuse';
+  return expiresLeftMs <= 0;
 }
 
-/** COMPLETE past its TTL; IN_PROGRESS only past its TTL and its lease, so a live action is never purged. */
+/** Strict mode: the look that finds an IN_PROGRESS record's lease run out moves it to AMBIGUOUS. */
+export function becomesAmbiguous(
+  state: RecordState,
+  leaseLeftMs: number,
+  onExpiredLease: 'steal' | 'refuse' | undefined,
+): boolean {
+  return state === 'IN_PROGRESS' && leaseLeftMs <= 0 && onExpiredLease === 'refuse';
+}
+
+/**
+ * COMPLETE past its TTL; IN_PROGRESS only past its TTL and its lease, so a
+ * live action is never purged. AMBIGUOUS never: only a resolution ends it.
+ */
 export function isPurgeable(
   state: RecordState,
   leaseLeftMs: number,
   expiresLeftMs: number,
 ): boolean {
+  if (state === 'AMBIGUOUS') return false;
   return expiresLeftMs <= 0 && (state === 'COMPLETE' || leaseLeftMs <= 0);
 }
 
@@ -46,12 +78,25 @@ export function fingerprintsConflict(requested: string | null, stored: string | 
 export type Decision =
   | ReplayedRecord
   | Extract<AcquireResult, { kind: 'fingerprint-mismatch' }>
+  | AmbiguousRecord
   | { kind: 'busy'; retryAfterMs: number };
 
-/** For a record that was not acquired (and not stealable): replay it, refuse a mismatch, or report it busy. */
+/**
+ * For a record that was not acquired (and not stealable): replay it, refuse a
+ * mismatch, say it is AMBIGUOUS, or report it busy. A mismatch comes first:
+ * another request under a reused key is told so whatever the record's state.
+ */
 export function decide(record: ObservedRecord, fingerprint: string | null): Decision {
   if (fingerprintsConflict(fingerprint, record.fingerprint))
     return { kind: 'fingerprint-mismatch' };
+  if (record.state === 'AMBIGUOUS') {
+    return {
+      kind: 'ambiguous',
+      since: record.ambiguousSince ?? new Date(0),
+      reason: record.ambiguousReason ?? 'lease-expired',
+      ...(record.transitioned ? { transitioned: true } : {}),
+    };
+  }
   if (record.state === 'COMPLETE') {
     return {
       kind: 'duplicate',

@@ -1,4 +1,6 @@
 import {
+  IdempotencyCompletionError,
+  IdempotencyConfigError,
   IdempotencyFingerprintMismatchException,
   IdempotencyInFlightException,
   IdempotencyPayloadError,
@@ -9,7 +11,13 @@ import { assertValidKey, keyDigest, storedScope } from './key';
 import type { IdempotencyLogger } from './logger';
 import { decodeValue, encodeValue } from './payload';
 import { compilePolicy, ExecutionPolicy, PolicyOptions } from './policy';
-import type { IdempotencyStore, StoredPayload } from './store';
+import { answerAmbiguous, assertStrictModeSupported } from './strict';
+import type {
+  IdempotencyStore,
+  StoredPayload,
+  TransactionalCompletion,
+  TransactionRunner,
+} from './store';
 
 /** One call: which key, and what identifies the request behind it. */
 export interface CallOptions {
@@ -87,7 +95,9 @@ export class IdempotencyEngine {
 
   /** Checks and parses a scope's rules once (throws `IdempotencyConfigError`); reuse it for every call. */
   policy(options: PolicyOptions, where?: string): ExecutionPolicy {
-    return compilePolicy(options, where);
+    const policy = compilePolicy(options, where);
+    assertStrictModeSupported(policy, this.context.store);
+    return policy;
   }
 
   /**
@@ -121,7 +131,8 @@ export class IdempotencyEngine {
     try {
       value = await action(execution.signal);
     } catch (error) {
-      await execution.release('action-failed');
+      // Released; in strict mode AMBIGUOUS unless the error says the action did not run.
+      await execution.fail(error);
       throw error;
     }
     let payload: StoredPayload;
@@ -136,7 +147,65 @@ export class IdempotencyEngine {
         { cause: error },
       );
     }
-    await execution.complete(payload);
+    try {
+      await execution.complete(payload);
+    } catch (error) {
+      if (!(error instanceof IdempotencyCompletionError) || policy.onCompletionFailure !== 'return')
+        throw error;
+      // onCompletionFailure: 'return': the caller gets the value; the record stays IN_PROGRESS.
+      this.context.logger.warn(
+        `${error.message}; onCompletionFailure: 'return' hands the caller its value anyway`,
+      );
+    }
+    return { kind: 'executed', value };
+  }
+
+  /**
+   * `run`, with the action's writes and the record's completion in one
+   * database transaction (the store must support it: `store.transactional`,
+   * e.g. `TypeOrmIdempotencyStore` on PostgreSQL). The action gets the
+   * transaction handle (a TypeORM `EntityManager`) and must write through it.
+   * `options.transaction` runs the work in a transaction of your own making
+   * (for instance one your framework already opened); by default the store
+   * opens one. See `Execution.runInTransaction` for what each failure means.
+   */
+  async runInTransaction<T, Tx = unknown>(
+    policy: ExecutionPolicy,
+    call: CallOptions,
+    action: (tx: Tx, signal: AbortSignal) => Promise<T>,
+    options: { transaction?: TransactionRunner<Tx> } = {},
+  ): Promise<ExecuteOutcome<T>> {
+    const transactional = this.store.transactional as TransactionalCompletion<Tx> | undefined;
+    if (!transactional) {
+      throw new IdempotencyConfigError(
+        `${policy.where}: runInTransaction needs a store that completes inside a database transaction (store.transactional, e.g. TypeOrmIdempotencyStore on PostgreSQL); this store does not`,
+      );
+    }
+    const begun = await this.begin(policy, call);
+    if (begun.kind === 'replayed') {
+      return {
+        kind: 'replayed',
+        value: decodeValue(begun.payload) as T,
+        completedAt: begun.completedAt,
+      };
+    }
+    const { execution } = begun;
+    const runner: TransactionRunner<Tx> =
+      options.transaction ?? ((work) => transactional.transaction(work));
+    const value = await execution.runInTransaction(runner, async (tx) => {
+      const value = await action(tx, execution.signal);
+      let payload: StoredPayload;
+      try {
+        payload = encodeValue(value);
+      } catch (error) {
+        // Nothing is committed: the writes roll back with the record's completion.
+        throw new IdempotencyPayloadError(
+          `${execution.keyDigest}: ${(error as Error).message}; the transaction was rolled back`,
+          { cause: error },
+        );
+      }
+      return { value, payload };
+    });
     return { kind: 'executed', value };
   }
 
@@ -154,6 +223,7 @@ export class IdempotencyEngine {
     assertValidKey(policy.where, call.key, policy.maxKeyLength, (key) =>
       keyDigest(policy.scope, key, call.tenant),
     );
+    if (policy.strict) assertStrictModeSupported(policy, this.context.store);
     const startedAt = performance.now();
     const result = await this.context.store.tryAcquire({
       scope: storedScope(policy.scope, call.tenant),
@@ -162,6 +232,7 @@ export class IdempotencyEngine {
       waitTimeoutMs: policy.waitTimeoutMs,
       ttlMs: policy.ttlMs,
       fingerprint: call.fingerprint ?? null,
+      onExpiredLease: policy.strict ? 'refuse' : 'steal',
     });
     // Only outcomes that log or emit need the digest; a replay usually does not.
     const { key, tenant } = call;
@@ -186,7 +257,7 @@ export class IdempotencyEngine {
         return { kind: 'replayed', payload: result.payload, completedAt: result.completedAt };
       case 'acquired': {
         // The digest is computed when a log line or an event first needs it, then kept.
-        const execution = new Execution(this.context, policy.scope, digest, result.lease);
+        const execution = new Execution(this.context, policy.scope, digest, result.lease, policy);
         this.context.emit(() => ({
           type: 'acquired',
           scope: policy.scope,
@@ -215,6 +286,12 @@ export class IdempotencyEngine {
           keyDigest: error.keyDigest,
         }));
         throw error;
+      }
+      case 'ambiguous': {
+        // Strict mode: ask the reconcile hook, or refuse (IdempotencyOutcomeUnknownException).
+        const id = { scope: storedScope(policy.scope, tenant), key };
+        const answer = await answerAmbiguous(this.context, policy, id, result, digest(), startedAt);
+        return answer.kind === 'acquire-again' ? this.begin(policy, call) : answer;
       }
       default:
         return assertNever(result);

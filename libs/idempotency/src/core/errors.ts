@@ -1,3 +1,5 @@
+import type { AmbiguityReason } from './store';
+
 /**
  * Every error the library throws on purpose extends `IdempotencyError`, so a
  * caller can tell "the idempotency layer said no" from "the action failed".
@@ -93,5 +95,73 @@ export class IdempotencyInFlightException extends IdempotencyError {
   static brand<T extends object>(target: T): T {
     Object.defineProperty(target, IN_FLIGHT_BRAND, { value: true, enumerable: false });
     return target;
+  }
+}
+
+const OUTCOME_UNKNOWN_BRAND = Symbol.for('nest-idempotency.outcome-unknown');
+
+/**
+ * Strict mode: the record is AMBIGUOUS. An earlier attempt may have run the
+ * action, and nobody has said whether it did, so this attempt is refused
+ * rather than run a second time. Retrying changes nothing until the record is
+ * resolved (`nest-idempotency resolve`, or a `reconcile` hook).
+ *
+ * As with `IdempotencyInFlightException`, the message adapter throws a
+ * transport-specific error carrying the same brand: `instanceof
+ * IdempotencyOutcomeUnknownException` is true for it as well.
+ */
+export class IdempotencyOutcomeUnknownException extends IdempotencyError {
+  readonly [OUTCOME_UNKNOWN_BRAND] = true;
+
+  constructor(
+    readonly scope: string,
+    readonly keyDigest: string,
+    /** When the record became AMBIGUOUS, by the store's clock. */
+    readonly since: Date,
+    readonly reason: AmbiguityReason,
+  ) {
+    super(
+      `the outcome of an earlier attempt with idempotency key ${keyDigest} is unknown (${reason}); it is not run again until the record is resolved`,
+    );
+  }
+
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (this !== IdempotencyOutcomeUnknownException) {
+      return Function.prototype[Symbol.hasInstance].call(this, value);
+    }
+    return typeof value === 'object' && value !== null && OUTCOME_UNKNOWN_BRAND in value;
+  }
+
+  /** Marks an adapter's own error class so it passes `instanceof IdempotencyOutcomeUnknownException`. */
+  static brand<T extends object>(target: T): T {
+    Object.defineProperty(target, OUTCOME_UNKNOWN_BRAND, { value: true, enumerable: false });
+    return target;
+  }
+}
+
+/**
+ * Strict mode: throw this (or an error whose `cause` chain holds one) from a
+ * handler that failed before it had any effect, so its record is released and
+ * a retry runs, instead of becoming AMBIGUOUS. Anything else a strict-mode
+ * handler throws once its body was entered makes the record AMBIGUOUS, unless
+ * the `notExecuted` option says otherwise. Wrap it as the `cause` of the error
+ * the caller should see (an `HttpException`, an `RpcException`). It is the
+ * handler's error, not the library's, so it does not extend `IdempotencyError`.
+ *
+ *   if (!(await this.ledger.reserve(order))) throw new IdempotencyNotExecutedError('no funds', { cause });
+ */
+export class IdempotencyNotExecutedError extends Error {
+  constructor(message = 'the action did not run', options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+
+  /** True when `error`, or an error in its `cause` chain, is an `IdempotencyNotExecutedError`. */
+  static isIn(error: unknown): boolean {
+    for (let e = error, depth = 0; e instanceof Error && depth < 10; depth++) {
+      if (e instanceof IdempotencyNotExecutedError) return true;
+      e = (e as { cause?: unknown }).cause;
+    }
+    return false;
   }
 }

@@ -1,9 +1,17 @@
+import type { AmbiguityReason } from './store';
+
 /**
  * One event per edge and outcome, for metrics, traces and operators. Each
  * names the record by its scope and key digest (a purge run, which covers all
  * scopes, by `*`), never by the raw key or a tenant. Emitted synchronously; a
  * listener that throws is logged and ignored.
  */
+/**
+ * Why a record was released: the action threw, something answered the caller
+ * before it returned, or (transactional completion) the transaction did not commit.
+ */
+export type ReleaseReason = 'action-failed' | 'answered-early' | 'commit-failed';
+
 export type IdempotencyEvent =
   | {
       type: 'acquired';
@@ -23,7 +31,7 @@ export type IdempotencyEvent =
       scope: string;
       keyDigest: string;
       /** Why: the action threw, or something answered the caller before it returned. */
-      reason: 'action-failed' | 'answered-early';
+      reason: ReleaseReason;
     }
   | {
       type: 'not-storable';
@@ -37,7 +45,45 @@ export type IdempotencyEvent =
       scope: string;
       keyDigest: string;
       /** Where the loss was noticed: a refused heartbeat, completion or release. */
-      during: 'heartbeat' | 'complete' | 'release';
+      during: 'heartbeat' | 'complete' | 'release' | 'mark-ambiguous';
+    }
+  | {
+      /**
+       * Strict mode: the record became AMBIGUOUS: a contender found its lease
+       * expired, or the action threw something not known as not executed.
+       */
+      type: 'ambiguous';
+      scope: string;
+      keyDigest: string;
+      reason: AmbiguityReason;
+    }
+  | {
+      /** Strict mode: a caller was refused because the record is AMBIGUOUS. */
+      type: 'outcome-unknown';
+      scope: string;
+      keyDigest: string;
+      reason: AmbiguityReason;
+      acquireMs: number;
+    }
+  | {
+      /**
+       * An AMBIGUOUS record was resolved. `completed`: it is COMPLETE with the
+       * resolver's result; `not-executed`: it was deleted, so this event (and
+       * the CLI's output) is the only trace of the resolution.
+       */
+      type: 'resolved';
+      scope: string;
+      keyDigest: string;
+      outcome: 'completed' | 'not-executed';
+      /** Who: `cli:local` (the CLI), `reconcile` (the hook), or the label of your own caller. */
+      resolver: string;
+    }
+  | {
+      /** A `reconcile` hook threw; its answer counts as `unknown` and the caller is refused. */
+      type: 'reconcile-failed';
+      scope: string;
+      keyDigest: string;
+      error: string;
     }
   | { type: 'completion-retry'; scope: string; keyDigest: string; attempt: number; error: string }
   | { type: 'completion-failed'; scope: string; keyDigest: string; attempts: number; error: string }

@@ -1,12 +1,22 @@
 import {
   IdempotencyCompletionError,
+  IdempotencyConfigError,
   IdempotencyLeaseLostError,
   IdempotencyPayloadError,
+  IdempotencyStoreUnavailableError,
 } from './errors';
-import type { IdempotencyEvent } from './events';
+import type { IdempotencyEvent, ReleaseReason } from './events';
 import type { IdempotencyLogger } from './logger';
+import type { ExecutionPolicy } from './policy';
+import { isNotExecuted } from './strict';
 import { encodeNotStorable, notStorableReason } from './payload';
-import type { IdempotencyStore, Lease, StoredPayload } from './store';
+import type {
+  IdempotencyStore,
+  Lease,
+  StoredPayload,
+  TransactionalCompletion,
+  TransactionRunner,
+} from './store';
 
 export interface CompletionRetryOptions {
   /** Attempts in all, the first included. */
@@ -51,6 +61,8 @@ export class Execution {
      */
     keyDigest: string | (() => string),
     private readonly lease: Lease,
+    /** Strict mode: a failed action makes the record AMBIGUOUS (see `fail`). */
+    private readonly strictness?: Pick<ExecutionPolicy, 'strict' | 'notExecuted'>,
   ) {
     this.digest = keyDigest;
     this.timer = setInterval(() => void this.beat(), Math.max(1, Math.floor(lease.leaseMs / 2)));
@@ -105,6 +117,82 @@ export class Execution {
     return this.complete(encodeNotStorable(reason));
   }
 
+  /**
+   * `completion: 'transaction'`: runs `work` (the action, and what makes its
+   * payload) in a transaction from `runner`, and completes the record as a
+   * statement of that same transaction, so the action's writes and the
+   * completion commit together or not at all:
+   *
+   * - `work` throws: the transaction rolls back and the record is released;
+   *   the error is rethrown.
+   * - the lease was lost before the completion (a steal after a stall): the
+   *   transaction rolls back and `IdempotencyLeaseLostError` is thrown; the
+   *   newer owner's result stands, and this attempt left nothing behind.
+   * - the commit fails: nothing happened; the record is released (fenced: a
+   *   commit that did land in fact is left as it is) and a retriable
+   *   `IdempotencyStoreUnavailableError` is thrown.
+   */
+  async runInTransaction<Tx, T>(
+    runner: TransactionRunner<Tx>,
+    work: (tx: Tx) => Promise<{ value: T; payload: StoredPayload }>,
+  ): Promise<T> {
+    const transactional = this.context.store.transactional as
+      TransactionalCompletion<Tx> | undefined;
+    if (!transactional) {
+      throw new IdempotencyConfigError(
+        `${this.scope}: completion in a transaction needs a store that supports it (store.transactional); this store does not`,
+      );
+    }
+    let stage = 'work' as 'work' | 'complete' | 'commit';
+    let lost = false as boolean;
+    try {
+      const value = await runner(async (tx) => {
+        const { value, payload } = await work(tx);
+        stage = 'complete';
+        this.settle(); // from here a refused heartbeat may be our own completion
+        if ((await transactional.completeIn(tx, this.lease, payload)) === 'lease-lost') {
+          lost = true;
+          throw new IdempotencyLeaseLostError(
+            `lease on ${this.keyDigest} was lost before its transaction committed; the transaction was rolled back and the newer owner's result stands`,
+          );
+        }
+        stage = 'commit';
+        return value;
+      });
+      this.finish();
+      transactional.afterCommit?.(this.lease);
+      this.context.emit(() => ({
+        type: 'completed',
+        scope: this.scope,
+        keyDigest: this.keyDigest,
+        actionMs: performance.now() - this.startedAt,
+      }));
+      return value;
+    } catch (error) {
+      this.settled = true;
+      this.finish();
+      if (lost) {
+        this.context.logger.warn((error as Error).message);
+        this.context.emit(() => ({
+          type: 'lease-lost',
+          scope: this.scope,
+          keyDigest: this.keyDigest,
+          during: 'complete',
+        }));
+        throw error;
+      }
+      await this.releaseQuietly(stage === 'commit' ? 'commit-failed' : 'action-failed');
+      if (stage === 'commit') {
+        throw new IdempotencyStoreUnavailableError(
+          `the transaction for ${this.keyDigest} did not commit (${describeError(error)}); nothing was recorded and the action's writes were rolled back, so it is safe to retry`,
+          1000,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+
   /** Deletes the record (the action failed: it leaves no trace); never throws. */
   async release(reason: 'action-failed' | 'answered-early' = 'action-failed'): Promise<void> {
     this.settle();
@@ -112,6 +200,60 @@ export class Execution {
       await this.releaseQuietly(reason);
     } finally {
       this.finish();
+    }
+  }
+
+  /**
+   * The action threw `error`. Outside strict mode this is `release`. In
+   * strict mode the record becomes AMBIGUOUS (fenced by the lease), unless
+   * the action was never `entered` (it failed before the handler's body ran:
+   * a pipe, a guard) or the error is known not to have executed
+   * (`IdempotencyNotExecutedError`, the `notExecuted` option): then it is
+   * released. Never throws.
+   */
+  async fail(error: unknown, entered = true): Promise<void> {
+    if (
+      !this.strictness?.strict ||
+      !entered ||
+      isNotExecuted(this.strictness, error, this.context.logger)
+    ) {
+      return this.release('action-failed');
+    }
+    this.settle();
+    try {
+      await this.markAmbiguousQuietly();
+    } finally {
+      this.finish();
+    }
+  }
+
+  private async markAmbiguousQuietly(): Promise<void> {
+    const { store, logger, emit } = this.context;
+    try {
+      await store.strictMode!.markAmbiguous(this.lease, 'action-failed');
+      logger.warn(
+        `the action for ${this.keyDigest} threw after it began; strict mode makes its record AMBIGUOUS until it is resolved`,
+      );
+      emit(() => ({
+        type: 'ambiguous',
+        scope: this.scope,
+        keyDigest: this.keyDigest,
+        reason: 'action-failed',
+      }));
+    } catch (error) {
+      if (error instanceof IdempotencyLeaseLostError) {
+        emit(() => ({
+          type: 'lease-lost',
+          scope: this.scope,
+          keyDigest: this.keyDigest,
+          during: 'mark-ambiguous',
+        }));
+        return;
+      }
+      // Still IN_PROGRESS: once its lease runs out, the next contender finds it AMBIGUOUS.
+      logger.warn(
+        `marking ${this.keyDigest} AMBIGUOUS failed; its lease will lapse and the next attempt finds it AMBIGUOUS: ${describeError(error)}`,
+      );
     }
   }
 
@@ -226,7 +368,7 @@ export class Execution {
     }
   }
 
-  private async releaseQuietly(reason: 'action-failed' | 'answered-early'): Promise<void> {
+  private async releaseQuietly(reason: ReleaseReason): Promise<void> {
     const { store, logger, emit } = this.context;
     try {
       await store.release(this.lease);

@@ -44,7 +44,88 @@ export interface IdempotencyStore {
    * can then act at the moment a waiter waits, and for metrics.
    */
   onWait?(listener: (scope: string) => void): () => void;
+  /**
+   * Optional capability: completion inside the caller's own database
+   * transaction (`completion: 'transaction'`), so an action's writes and its
+   * record's completion commit together or not at all. Wrappers pass it on.
+   */
+  readonly transactional?: TransactionalCompletion;
+  /**
+   * Optional capability: strict mode (`onExpiredLease: 'refuse'`, AMBIGUOUS
+   * records and their resolution). A store that declares it honours
+   * `AcquireRequest.onExpiredLease`; one that does not makes strict mode fail
+   * the bootstrap. Wrappers pass it on.
+   */
+  readonly strictMode?: StrictModeSupport;
 }
+
+/**
+ * What a store that supports strict mode offers besides the base SPI. An
+ * AMBIGUOUS record (the action may have run, and nobody knows its outcome)
+ * never expires, is never purged, and is never taken over: only `resolve`
+ * ends it. Reads show it and move nothing.
+ */
+export interface StrictModeSupport {
+  /**
+   * Moves the record from IN_PROGRESS under this lease to AMBIGUOUS. Throws
+   * `IdempotencyLeaseLostError` unless the record is IN_PROGRESS under that
+   * lease id.
+   */
+  markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void>;
+  /**
+   * Ends an AMBIGUOUS record, atomically. `completed` makes it COMPLETE with
+   * the payload for `ttlMs` from now (the store's clock), recording
+   * `resolvedBy` and the time; `not-executed` deletes it, so the next attempt
+   * runs. A record that is not AMBIGUOUS (absent, in flight, complete, or
+   * resolved meanwhile by someone else) is left alone: `not-ambiguous`.
+   */
+  resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult>;
+}
+
+/** Why a record became AMBIGUOUS: its holder's lease ran out (strict mode refuses to take it over), or its action threw. */
+export type AmbiguityReason = 'lease-expired' | 'action-failed';
+
+/**
+ * What an acquirer is told about a record nobody knows the outcome of.
+ * `transitioned`: this very call moved it there (it found the lease expired).
+ */
+export interface AmbiguousRecord {
+  kind: 'ambiguous';
+  since: Date;
+  reason: AmbiguityReason;
+  transitioned?: boolean;
+}
+
+/** How an AMBIGUOUS record ends, and who said so (`cli:local`, `reconcile`, or a label of yours). */
+export type Resolution =
+  | { outcome: 'completed'; payload: StoredPayload; ttlMs: number; resolvedBy: string }
+  | { outcome: 'not-executed'; resolvedBy: string };
+
+export type ResolveResult =
+  | { kind: 'resolved'; resolvedAt: Date }
+  /** Nothing was changed: the record is absent (`state: null`) or not AMBIGUOUS. */
+  | { kind: 'not-ambiguous'; state: RecordState | null };
+
+/**
+ * Completion that joins a transaction of the store's own database. `Tx` is
+ * that database's transaction handle (a TypeORM `EntityManager` for the
+ * TypeORM store).
+ */
+export interface TransactionalCompletion<Tx = unknown> {
+  /** Runs `work` in a new transaction of the store's database; it commits when `work` resolves. */
+  transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+  /**
+   * The fenced completion as a statement of `tx`, committed (or rolled back)
+   * with it: `lease-lost` when the record is no longer IN_PROGRESS under the
+   * lease, and the caller then rolls back. Waiters wake once `tx` commits.
+   */
+  completeIn(tx: Tx, lease: Lease, payload: StoredPayload): Promise<'stored' | 'lease-lost'>;
+  /** Optional: called once the transaction that completed `lease` has committed (to wake this process's waiters). */
+  afterCommit?(lease: Lease): void;
+}
+
+/** Runs `work` in a transaction (a new one, or one the caller's framework already opened). */
+export type TransactionRunner<Tx = unknown> = <T>(work: (tx: Tx) => Promise<T>) => Promise<T>;
 
 /** The record's identity: a scope (a namespace such as `Class.method`) and a key within it. */
 export interface RecordId {
@@ -61,6 +142,13 @@ export interface AcquireRequest extends RecordId {
   ttlMs: number;
   /** What identifies the request; a record first taken with another one answers `fingerprint-mismatch`. */
   fingerprint: string | null;
+  /**
+   * Optional, strict mode: `refuse` never takes over an IN_PROGRESS record
+   * whose lease ran out; the look moves it to AMBIGUOUS and answers
+   * `ambiguous`. Absent or `steal`: the expired lease is taken over. Only
+   * sent to stores that declare `strictMode`.
+   */
+  onExpiredLease?: 'steal' | 'refuse';
 }
 
 /**
@@ -99,12 +187,15 @@ export type AcquireResult = (
   | ReplayedRecord
   | { kind: 'in-flight'; retryAfterMs: number }
   | { kind: 'fingerprint-mismatch' }
+  /** Strict-mode stores only: the record is AMBIGUOUS (whatever `onExpiredLease` the caller sent). */
+  | AmbiguousRecord
 ) & {
   /** Optional: how long the caller waited inside `tryAcquire` for a holder (`waitForRecord` reports it). */
   waitedMs?: number;
 };
 
-export type RecordState = 'IN_PROGRESS' | 'COMPLETE';
+/** AMBIGUOUS exists only in stores that support strict mode. */
+export type RecordState = 'IN_PROGRESS' | 'COMPLETE' | 'AMBIGUOUS';
 
 /** What a read shows. It names an attempt's timing, never a host or a process. */
 export interface IdempotencyRecordView extends RecordId {
@@ -118,6 +209,12 @@ export interface IdempotencyRecordView extends RecordId {
   fingerprint: string | null;
   /** The stored payload of a COMPLETE record; undefined otherwise. */
   payload?: StoredPayload;
+  /** AMBIGUOUS only: since when (the store's clock) and why. */
+  ambiguousSince?: Date;
+  ambiguousReason?: AmbiguityReason;
+  /** A COMPLETE record that a resolution completed: who said so, and when (the store's clock). */
+  resolvedBy?: string;
+  resolvedAt?: Date;
 }
 
 export interface ListFilter {

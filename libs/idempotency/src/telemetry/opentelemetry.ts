@@ -12,6 +12,8 @@ import type {
   ListFilter,
   RecordId,
   StoredPayload,
+  StrictModeSupport,
+  TransactionalCompletion,
 } from '../core/store';
 
 /**
@@ -68,6 +70,10 @@ const OUTCOME: Partial<Record<IdempotencyEvent['type'], string>> = {
   'completion-failed': 'completion_failed',
   'not-storable': 'not_storable',
   'release-failed': 'release_failed',
+  ambiguous: 'ambiguous',
+  'outcome-unknown': 'outcome_unknown',
+  resolved: 'resolved',
+  'reconcile-failed': 'reconcile_failed',
 };
 
 interface Instruments {
@@ -167,6 +173,8 @@ export class TracingIdempotencyStore implements IdempotencyStore {
   private readonly tracer: Tracer;
   private readonly duration: Histogram;
   readonly onWait?: (listener: (scope: string) => void) => () => void;
+  readonly transactional?: TransactionalCompletion;
+  readonly strictMode?: StrictModeSupport;
 
   constructor(
     readonly inner: IdempotencyStore,
@@ -179,6 +187,42 @@ export class TracingIdempotencyStore implements IdempotencyStore {
       description: 'Duration of each store call',
     });
     if (inner.onWait) this.onWait = (listener) => inner.onWait!(listener);
+    const strict = inner.strictMode;
+    if (strict) {
+      this.strictMode = {
+        markAmbiguous: (lease, reason) =>
+          this.span('mark-ambiguous', { 'idempotency.ambiguity_reason': reason }, () =>
+            strict.markAmbiguous(lease, reason),
+          ),
+        resolve: (id, resolution) =>
+          this.span(
+            'resolve',
+            {
+              'idempotency.scope': scopeOfStored(id.scope),
+              'idempotency.key_digest': storedKeyDigest(id.scope, id.key),
+              'idempotency.resolution': resolution.outcome,
+            },
+            () => strict.resolve(id, resolution),
+            (result) => ({ 'idempotency.outcome': result.kind }),
+          ),
+      };
+    }
+    const transactional = inner.transactional;
+    if (transactional) {
+      this.transactional = {
+        transaction: (work) => transactional.transaction(work),
+        completeIn: (tx, lease, payload) =>
+          this.span(
+            'complete',
+            { 'idempotency.payload.size': payload.length, 'idempotency.in_transaction': true },
+            () => transactional.completeIn(tx, lease, payload),
+            (result) => ({ 'idempotency.outcome': result }),
+          ),
+        ...(transactional.afterCommit
+          ? { afterCommit: (lease: Lease) => transactional.afterCommit!(lease) }
+          : {}),
+      };
+    }
   }
 
   tryAcquire(request: AcquireRequest): Promise<AcquireResult> {

@@ -25,6 +25,11 @@ export interface DescribeContractOptions {
   clock?: 'store' | 'process';
   /** Who removes expired records (as `ContractHarness.expiry`). Default `purge`. */
   expiry?: 'purge' | 'backend';
+  /**
+   * Register the strict-mode scenarios: the store declares `strictMode`
+   * (checked when they run). Default false.
+   */
+  strictMode?: boolean;
   /** Per-scenario timeout. Default 60 s (the wake-up race over 10,000 iterations takes a while). */
   timeoutMs?: number;
 }
@@ -67,6 +72,7 @@ export function describeIdempotencyStoreContract(
     const declared = {
       clock: options.clock ?? 'store',
       expiry: options.expiry ?? 'purge',
+      strictMode: options.strictMode ?? false,
     } as unknown as ContractHarness;
     const applicable = STORE_CONTRACT.filter((s) => !s.notApplicable?.(declared));
     for (const group of [...new Set(applicable.map((s) => s.group))]) {
@@ -84,6 +90,11 @@ export function describeIdempotencyStoreContract(
               if ((made.expiry ?? 'purge') !== declared.expiry) {
                 throw new Error(
                   `the harness says expiry: '${made.expiry}'; pass the same to describeIdempotencyStoreContract's options`,
+                );
+              }
+              if (declared.strictMode && !made.store.strictMode) {
+                throw new Error(
+                  "describeIdempotencyStoreContract was told strictMode: true, but the harness's store does not declare strictMode",
                 );
               }
               await scenario.run(scenarioContext(made, scale, scenario.id));

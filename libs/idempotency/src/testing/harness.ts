@@ -32,6 +32,11 @@ export interface ContractHarness {
    * expiry), so `purgeExpired` has nothing to delete.
    */
   expiry?: 'purge' | 'backend';
+  /**
+   * Whether the strict-mode scenarios apply. Default: whether the store
+   * declares `strictMode`. A store that does not gets N/A for them.
+   */
+  strictMode?: boolean;
   /** Largest payload the store was configured to accept (the kit checks one byte more is refused). Default 1 MiB. */
   maxPayloadBytes?: number;
   /** Called once after the catalogue. */

@@ -11,6 +11,8 @@ import type {
   RecordId,
   ReplayedRecord,
   StoredPayload,
+  StrictModeSupport,
+  TransactionalCompletion,
 } from '../../core/store';
 
 export interface ReplayCacheOptions {
@@ -41,6 +43,16 @@ interface CachedRecord {
 export class ReplayCachingStore implements IdempotencyStore {
   private readonly cache: LRUCache<string, CachedRecord>;
   readonly onWait?: (listener: (scope: string) => void) => () => void;
+  /**
+   * Passed through as it is: a completion inside a transaction is not cached
+   * (it may still roll back); the first replay after the commit caches it.
+   */
+  readonly transactional?: TransactionalCompletion;
+  /**
+   * Passed through as it is: an AMBIGUOUS record is never cached (only
+   * replays are), and a resolved one is cached from its first replay.
+   */
+  readonly strictMode?: StrictModeSupport;
 
   constructor(
     readonly inner: IdempotencyStore,
@@ -48,6 +60,8 @@ export class ReplayCachingStore implements IdempotencyStore {
   ) {
     // Passed through only when the inner store can say it: the kit falls back otherwise.
     if (inner.onWait) this.onWait = (listener) => inner.onWait!(listener);
+    if (inner.transactional) this.transactional = inner.transactional;
+    if (inner.strictMode) this.strictMode = inner.strictMode;
     this.cache = new LRUCache<string, CachedRecord>({
       max: options.maxEntries ?? 10_000,
       maxSize: options.maxBytes ?? 64 * 1024 * 1024,

@@ -1,10 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import { decide, isPurgeable, isStealable, ObservedRecord } from '../../core/decide';
+import {
+  becomesAmbiguous,
+  decide,
+  isPurgeable,
+  isStealable,
+  ObservedRecord,
+} from '../../core/decide';
 import { IdempotencyLeaseLostError } from '../../core/errors';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
   AcquireRequest,
   AcquireResult,
+  AmbiguityReason,
   DEFAULT_MAX_WAITERS,
   DEFAULT_PURGE_BATCH,
   IdempotencyRecordView,
@@ -12,7 +19,11 @@ import {
   Lease,
   ListFilter,
   RecordId,
+  RecordState,
+  Resolution,
+  ResolveResult,
   StoredPayload,
+  StrictModeSupport,
 } from '../../core/store';
 import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
@@ -20,7 +31,7 @@ import { WaiterRegistry } from '../../core/waiters';
 interface MemoryRecord {
   scope: string;
   key: string;
-  state: 'IN_PROGRESS' | 'COMPLETE';
+  state: RecordState;
   leaseId: string | null;
   leaseExpiresAt: number | null;
   expiresAt: number;
@@ -28,6 +39,12 @@ interface MemoryRecord {
   completedAt: number | null;
   fingerprint: string | null;
   payload: StoredPayload | null;
+  /** AMBIGUOUS: since when and why. */
+  ambiguousSince?: number;
+  ambiguousReason?: AmbiguityReason;
+  /** Completed by a resolution: who said so, and when. */
+  resolvedBy?: string;
+  resolvedAt?: number;
 }
 
 interface MemoryLease extends Lease {
@@ -45,7 +62,9 @@ export interface InMemoryIdempotencyStoreOptions {
 /**
  * A single-process store, for tests, development and single-instance
  * services. Waiters are woken the moment the holder completes or releases; a
- * lease running out wakes them through the wait's own timer.
+ * lease running out wakes them through the wait's own timer. Supports strict
+ * mode (AMBIGUOUS records live as long as the process: nothing here survives
+ * a restart).
  */
 export class InMemoryIdempotencyStore implements IdempotencyStore {
   private readonly records = new Map<string, MemoryRecord>();
@@ -53,6 +72,11 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   private readonly maxPayloadBytes: number;
   private readonly maxWaiters: number;
   private readonly now: () => number;
+
+  readonly strictMode: StrictModeSupport = {
+    markAmbiguous: (lease, reason) => this.markAmbiguous(lease, reason),
+    resolve: (id, resolution) => this.resolve(id, resolution),
+  };
 
   constructor(options: InMemoryIdempotencyStoreOptions = {}) {
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
@@ -101,6 +125,39 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     this.held(id, lease, 'release');
     this.records.delete(id);
     this.waiters.notify(id);
+  }
+
+  private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    const { id } = lease as MemoryLease;
+    const record = this.held(id, lease, 'markAmbiguous');
+    toAmbiguous(record, reason, this.now());
+    this.waiters.notify(id);
+  }
+
+  private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    if (resolution.outcome === 'completed') {
+      assertPayloadSize(resolution.payload, this.maxPayloadBytes);
+    }
+    const recordId = idOf(id);
+    const record = this.records.get(recordId);
+    if (!record || record.state !== 'AMBIGUOUS') {
+      return { kind: 'not-ambiguous', state: record?.state ?? null };
+    }
+    const now = this.now();
+    if (resolution.outcome === 'not-executed') {
+      this.records.delete(recordId);
+    } else {
+      record.state = 'COMPLETE';
+      record.payload = Buffer.from(resolution.payload);
+      record.completedAt = now;
+      record.expiresAt = now + resolution.ttlMs;
+      record.resolvedBy = resolution.resolvedBy;
+      record.resolvedAt = now;
+      delete record.ambiguousSince;
+      delete record.ambiguousReason;
+    }
+    this.waiters.notify(recordId);
+    return { kind: 'resolved', resolvedAt: new Date(now) };
   }
 
   async extend(lease: Lease): Promise<boolean> {
@@ -153,9 +210,24 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   private look(id: string, request: AcquireRequest): Observation {
     const now = this.now();
     const existing = this.records.get(id);
+    let transitioned = false;
+    if (
+      existing &&
+      becomesAmbiguous(existing.state, leaseLeft(existing, now), request.onExpiredLease)
+    ) {
+      // Strict mode: the lapse is noticed here, by the contender, and refused.
+      toAmbiguous(existing, 'lease-expired', now);
+      this.waiters.notify(id);
+      transitioned = true;
+    }
     if (
       !existing ||
-      isStealable(existing.state, leaseLeft(existing, now), existing.expiresAt - now)
+      isStealable(
+        existing.state,
+        leaseLeft(existing, now),
+        existing.expiresAt - now,
+        request.onExpiredLease,
+      )
     ) {
       const leaseId = randomUUID();
       this.records.set(id, {
@@ -181,6 +253,11 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       payload: existing.payload,
       completedAt: existing.completedAt === null ? null : new Date(existing.completedAt),
     };
+    if (existing.state === 'AMBIGUOUS') {
+      record.ambiguousSince = new Date(existing.ambiguousSince!);
+      record.ambiguousReason = existing.ambiguousReason!;
+      record.transitioned = transitioned;
+    }
     return { kind: 'record', record };
   }
 
@@ -208,6 +285,14 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       fingerprint: record.fingerprint,
     };
     if (record.state === 'COMPLETE') view.payload = record.payload!;
+    if (record.state === 'AMBIGUOUS') {
+      view.ambiguousSince = new Date(record.ambiguousSince!);
+      view.ambiguousReason = record.ambiguousReason!;
+    }
+    if (record.resolvedBy !== undefined) {
+      view.resolvedBy = record.resolvedBy;
+      view.resolvedAt = new Date(record.resolvedAt!);
+    }
     return view;
   }
 }
@@ -215,6 +300,15 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
 /** Unambiguous for any scope and key. */
 function idOf(id: RecordId): string {
   return `${id.scope.length}:${id.scope}${id.key}`;
+}
+
+/** Strict mode: nobody knows what the action did. The lease is gone, and the record stays until resolved. */
+function toAmbiguous(record: MemoryRecord, reason: AmbiguityReason, now: number): void {
+  record.state = 'AMBIGUOUS';
+  record.leaseId = null;
+  record.leaseExpiresAt = null;
+  record.ambiguousSince = now;
+  record.ambiguousReason = reason;
 }
 
 function leaseLeft(record: MemoryRecord, now: number): number {

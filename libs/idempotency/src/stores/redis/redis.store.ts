@@ -10,6 +10,7 @@ import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload
 import {
   AcquireRequest,
   AcquireResult,
+  AmbiguityReason,
   DEFAULT_MAX_WAITERS,
   IdempotencyRecordView,
   IdempotencyStore,
@@ -17,14 +18,27 @@ import {
   ListFilter,
   RecordId,
   RecordState,
+  Resolution,
+  ResolveResult,
   StoredPayload,
+  StrictModeSupport,
 } from '../../core/store';
 import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
 import { fingerprintsConflict } from '../../core/decide';
 import { isCluster, isNoScript, RedisCommands, RedisIdempotencyClient } from './client';
 import { DEFAULT_KEY_PREFIX, RecordNames, RedisKeys } from './keys';
-import { ACQUIRE, COMPLETE, EXTEND, RedisScript, RELEASE, SCRIPTS, VIEW } from './scripts';
+import {
+  ACQUIRE,
+  COMPLETE,
+  EXTEND,
+  MARK_AMBIGUOUS,
+  RedisScript,
+  RELEASE,
+  RESOLVE,
+  SCRIPTS,
+  VIEW,
+} from './scripts';
 import { ClusterWakeups, StandaloneWakeups, Wakeups } from './wakeups';
 import { createOwnedConnection, OwnedRedisConnection, RedisConnectionOptions } from './from-url';
 
@@ -94,6 +108,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   private readonly logger: IdempotencyLogger;
   private readonly publish: 'PUBLISH' | 'SPUBLISH';
   private ready?: Promise<void>;
+  /** Strict mode: AMBIGUOUS records are kept with no expiry (PERSIST) until resolved. */
+  readonly strictMode: StrictModeSupport = {
+    markAmbiguous: (lease, reason) => this.markAmbiguous(lease, reason),
+    resolve: (id, resolution) => this.resolve(id, resolution),
+  };
   /** Set by `fromUrl`: the client is the store's own, connected by `init()` and closed by `close()`. */
   private owned?: OwnedRedisConnection;
 
@@ -234,6 +253,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
             hasFingerprint ? '1' : '0',
             request.fingerprint ?? '',
             marking ? '1' : '0',
+            request.onExpiredLease === 'refuse' ? '1' : '0',
           ])) as Array<Buffer | null>;
           if (text(reply[0]) === 'acquired') return { kind: 'acquired', lease };
           const state = text(reply[1]) as RecordState;
@@ -259,6 +279,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
               completedAt: reply[4] === null ? null : dateOf(text(reply[4])),
               leaseLeftMs: Number(text(reply[5])),
               expiresLeftMs: Number(text(reply[6])),
+              ...(state === 'AMBIGUOUS'
+                ? {
+                    ambiguousSince: dateOf(text(reply[7])),
+                    ambiguousReason: text(reply[8]) as AmbiguityReason,
+                    transitioned: text(reply[9]) === '1',
+                  }
+                : {}),
             },
           };
         },
@@ -297,6 +324,47 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       );
     }
     await this.awaitReplicas('release', lease as RedisLease);
+  }
+
+  private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    const { names, leaseId } = lease as RedisLease;
+    const outcome = await this.script('markAmbiguous', MARK_AMBIGUOUS, names.key, [
+      leaseId,
+      reason,
+      ...this.wakeArgs(names),
+    ]);
+    if (Number(outcome) === 0) {
+      throw new IdempotencyLeaseLostError(
+        'markAmbiguous refused: the record is no longer held under this lease',
+      );
+    }
+    await this.awaitReplicas('markAmbiguous', lease as RedisLease);
+  }
+
+  private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    const completed = resolution.outcome === 'completed';
+    if (completed) assertPayloadSize(resolution.payload, this.maxPayloadBytes);
+    const names = this.keys.record(id.scope, id.key);
+    const reply = (await this.script('resolve', RESOLVE, names.key, [
+      resolution.outcome,
+      completed ? resolution.payload : '',
+      completed ? String(resolution.ttlMs) : '0',
+      resolution.resolvedBy,
+    ])) as Array<Buffer | null>;
+    if (text(reply[0]) !== 'resolved') {
+      return {
+        kind: 'not-ambiguous',
+        state: reply[1] === null || reply[1] === undefined ? null : (text(reply[1]) as RecordState),
+      };
+    }
+    const resolvedAt = dateOf(text(reply[1]));
+    if (this.replicas) {
+      await this.awaitReplicas('resolve', {
+        names,
+        digest: storedKeyDigest(id.scope, id.key),
+      } as RedisLease);
+    }
+    return { kind: 'resolved', resolvedAt };
   }
 
   async extend(lease: Lease): Promise<boolean> {
@@ -396,6 +464,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       fingerprint: get('f') ?? null,
     };
     if (state === 'COMPLETE') view.payload = fields.get('p') ?? Buffer.alloc(0);
+    if (state === 'AMBIGUOUS') {
+      view.ambiguousSince = dateOf(get('as')!);
+      view.ambiguousReason = get('ar') as AmbiguityReason;
+    }
+    const resolvedBy = get('rb');
+    if (resolvedBy !== undefined) {
+      view.resolvedBy = resolvedBy;
+      view.resolvedAt = dateOf(get('ra')!);
+    }
     createdMicros.set(view, created);
     return view;
   }

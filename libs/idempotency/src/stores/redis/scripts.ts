@@ -20,10 +20,13 @@ import { createHash } from 'node:crypto';
  *   f   fingerprint (absent: none)
  *   p   payload bytes (COMPLETE only)
  *   w   "1" once a duplicate waits on the record (IN_PROGRESS only)
+ *   as  AMBIGUOUS since       ar  why: lease-expired | action-failed   (AMBIGUOUS only)
+ *   rb  resolved by           ra  resolved at          (COMPLETE, when a resolution completed it)
  *
  * and the key expires (PEXPIREAT) at the later of its TTL and its lease:
  * Redis removes a record by itself once nothing can use it any more, and
- * never while its lease is live.
+ * never while its lease is live. An AMBIGUOUS record has no expiry at all
+ * (PERSIST): only a resolution ends it.
  */
 export interface RedisScript {
   readonly name: string;
@@ -47,15 +50,19 @@ function script(name: string, body: string): RedisScript {
 
 /**
  * KEYS[1] record. ARGV: scope, key, lease id, lease ms, ttl ms, has
- * fingerprint (1/0), fingerprint, watch (1/0).
+ * fingerprint (1/0), fingerprint, watch (1/0), refuse an expired lease (1/0).
  *
  * Inserts, or steals an IN_PROGRESS record whose lease ran out (or a COMPLETE
  * one past its TTL that Redis has not removed yet), and returns {'acquired'};
  * otherwise returns {'existing', state, fingerprint, payload (COMPLETE),
- * completed at, lease left ms, TTL left ms} and writes nothing, except that a
- * caller that will wait marks a live IN_PROGRESS record watched (once), so
- * that complete and release publish only for records someone waits on.
- * decide.ts isStealable and fingerprintsConflict, in Lua.
+ * completed at, lease left ms, TTL left ms, AMBIGUOUS since, its reason,
+ * moved now (1/0)} and writes nothing, except that a caller that will wait
+ * marks a live IN_PROGRESS record watched (once), so that complete and
+ * release publish only for records someone waits on, and that in strict
+ * mode (ARGV[9] = 1) an expired lease is not stolen: the record becomes
+ * AMBIGUOUS (PERSIST: no expiry) and is reported so. An AMBIGUOUS record is
+ * never stolen. decide.ts isStealable, becomesAmbiguous and
+ * fingerprintsConflict, in Lua.
  */
 export const ACQUIRE = script(
   'acquire',
@@ -67,6 +74,18 @@ if state then
   local lease_left = 0
   if state == 'IN_PROGRESS' then lease_left = tonumber(r[2]) - now end
   local expires_left = tonumber(r[3]) - now
+  local moved = '0'
+  if state == 'IN_PROGRESS' and lease_left <= 0 and ARGV[9] == '1' then
+    redis.call('HDEL', KEYS[1], 'l', 'le', 'w')
+    redis.call('HSET', KEYS[1], 'st', 'AMBIGUOUS', 'as', ms(now), 'ar', 'lease-expired')
+    redis.call('PERSIST', KEYS[1])
+    state = 'AMBIGUOUS'
+    moved = '1'
+  end
+  if state == 'AMBIGUOUS' then
+    local a = redis.call('HMGET', KEYS[1], 'as', 'ar')
+    return {'existing', state, r[4], false, false, ms(0), ms(expires_left), a[1], a[2], moved}
+  end
   local live
   if state == 'IN_PROGRESS' then live = lease_left > 0 else live = expires_left > 0 end
   if live then
@@ -128,6 +147,54 @@ return 1
 `,
 );
 
+/**
+ * KEYS[1] record. ARGV: lease id, reason, publish command, channel, message.
+ * Strict mode: moves the record from IN_PROGRESS under this lease to
+ * AMBIGUOUS, with no expiry (PERSIST). Returns 0 (not held under this lease),
+ * 1 (moved), 2 (moved, and a waiter was told: it looks again and is refused).
+ */
+export const MARK_AMBIGUOUS = script(
+  'mark-ambiguous',
+  `
+local r = redis.call('HMGET', KEYS[1], 'st', 'l', 'w')
+if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'l', 'le', 'w')
+redis.call('HSET', KEYS[1], 'st', 'AMBIGUOUS', 'as', ms(now_ms()), 'ar', ARGV[2])
+redis.call('PERSIST', KEYS[1])
+if r[3] then
+  redis.call(ARGV[3], ARGV[4], ARGV[5])
+  return 2
+end
+return 1
+`,
+);
+
+/**
+ * KEYS[1] record. ARGV: outcome (completed | not-executed), payload, ttl ms,
+ * resolved by. Ends an AMBIGUOUS record: completed makes it COMPLETE with the
+ * payload, expiring ttl ms from now, with who resolved it and when;
+ * not-executed deletes it. Returns {'resolved', at} or, changing nothing,
+ * {'not-ambiguous', state or false}.
+ */
+export const RESOLVE = script(
+  'resolve',
+  `
+local state = redis.call('HGET', KEYS[1], 'st')
+if state ~= 'AMBIGUOUS' then return {'not-ambiguous', state} end
+local now = now_ms()
+if ARGV[1] == 'not-executed' then
+  redis.call('DEL', KEYS[1])
+  return {'resolved', ms(now)}
+end
+local expires_at = now + tonumber(ARGV[3])
+redis.call('HDEL', KEYS[1], 'as', 'ar')
+redis.call('HSET', KEYS[1], 'st', 'COMPLETE', 'p', ARGV[2], 'd', ms(now), 'e', ms(expires_at),
+  'rb', ARGV[4], 'ra', ms(now))
+redis.call('PEXPIREAT', KEYS[1], at(expires_at))
+return {'resolved', ms(now)}
+`,
+);
+
 /** KEYS[1] record. ARGV: lease id, lease ms. Moves the lease and the key's expiry; returns 1, or 0 when not held. */
 export const EXTEND = script(
   'extend',
@@ -153,4 +220,12 @@ return h
 `,
 );
 
-export const SCRIPTS: readonly RedisScript[] = [ACQUIRE, COMPLETE, RELEASE, EXTEND, VIEW];
+export const SCRIPTS: readonly RedisScript[] = [
+  ACQUIRE,
+  COMPLETE,
+  RELEASE,
+  EXTEND,
+  VIEW,
+  MARK_AMBIGUOUS,
+  RESOLVE,
+];

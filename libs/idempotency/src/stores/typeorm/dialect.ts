@@ -1,4 +1,4 @@
-import type { DataSource } from 'typeorm';
+import type { DataSource, QueryRunner } from 'typeorm';
 import type { ObservedRecord } from '../../core/decide';
 import type { IdempotencyLogger } from '../../core/logger';
 import type {
@@ -43,6 +43,14 @@ export interface Dialect {
   /** Each: false when the record is not IN_PROGRESS under `lease.leaseId`. */
   complete(lease: SqlLease, payload: StoredPayload): Promise<boolean>;
   release(lease: SqlLease): Promise<boolean>;
+  /**
+   * `completion: 'transaction'`: the fenced completion as a statement of the
+   * caller's open transaction on `runner` (false when not IN_PROGRESS under
+   * the lease). A waiter elsewhere wakes when that transaction commits.
+   */
+  completeIn(runner: QueryRunner, lease: SqlLease, payload: StoredPayload): Promise<boolean>;
+  /** After the transaction that ran `completeIn` committed: wakes this instance's waiters. */
+  afterCommit(lease: SqlLease): void;
   extend(lease: SqlLease): Promise<boolean>;
   /** One bounded batch; how many rows it deleted. */
   purge(limit: number): Promise<number>;

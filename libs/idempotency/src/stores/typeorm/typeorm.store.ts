@@ -1,6 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import type { DataSource } from 'typeorm';
-import { IdempotencyLeaseLostError, IdempotencyStoreSchemaError } from '../../core/errors';
+import type { DataSource, EntityManager } from 'typeorm';
+import {
+  IdempotencyConfigError,
+  IdempotencyLeaseLostError,
+  IdempotencyStoreSchemaError,
+} from '../../core/errors';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
@@ -15,6 +19,7 @@ import {
   ListFilter,
   RecordId,
   StoredPayload,
+  TransactionalCompletion,
 } from '../../core/store';
 import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
@@ -183,6 +188,34 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       );
     }
   }
+
+  /**
+   * `completion: 'transaction'`: the handler's writes and the completion in one
+   * transaction of this store's DataSource. `tx` is that transaction's
+   * EntityManager (`dataSource.transaction(manager => …)`, or
+   * `TransactionHost.tx` with @nestjs-cls/transactional).
+   */
+  readonly transactional: TransactionalCompletion<EntityManager> = {
+    transaction: (work) => this.dataSource.transaction((manager) => work(manager)),
+    completeIn: async (tx, lease, payload) => {
+      assertPayloadSize(payload, this.maxPayloadBytes);
+      await this.init();
+      const runner = tx.queryRunner;
+      if (!runner?.isTransactionActive) {
+        throw new IdempotencyConfigError(
+          'completion in a transaction needs the EntityManager of an open transaction (dataSource.transaction(manager => …) or TransactionHost.tx)',
+        );
+      }
+      if (runner.connection !== this.dataSource) {
+        throw new IdempotencyConfigError(
+          "completion in a transaction needs a transaction of the store's own DataSource; this EntityManager belongs to another",
+        );
+      }
+      const stored = await this.dialect.completeIn(runner, lease as SqlLease, payload);
+      return stored ? 'stored' : 'lease-lost';
+    },
+    afterCommit: (lease) => this.dialect.afterCommit(lease as SqlLease),
+  };
 
   async release(lease: Lease): Promise<void> {
     await this.init();

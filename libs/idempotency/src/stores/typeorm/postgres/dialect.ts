@@ -1,3 +1,4 @@
+import type { QueryRunner } from 'typeorm';
 import { fingerprintsConflict, isStealable } from '../../../core/decide';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type {
@@ -231,12 +232,10 @@ export class PostgresDialect implements Dialect {
           // A mismatch is refused at once: nothing to wait for, so nothing to mark.
           !fingerprintsConflict(fingerprint, row.fingerprint)
         ) {
-          const { rowCount } = await this.query(
-            'acquire',
-            sql.mark,
-            [id, row.lease_id],
-            () => [record.idHex, row.lease_id],
-          );
+          const { rowCount } = await this.query('acquire', sql.mark, [id, row.lease_id], () => [
+            record.idHex,
+            row.lease_id,
+          ]);
           // Since the peek the holder completed, released or lost its lease, or another
           // waiter marked the record: look again.
           if (rowCount !== 1) return CHANGED;
@@ -267,6 +266,21 @@ export class PostgresDialect implements Dialect {
     if (rows.length === 0) return false;
     if (rows[0].watched) await this.notify(idHex, 'completion');
     return true;
+  }
+
+  async completeIn(runner: QueryRunner, lease: SqlLease, payload: StoredPayload): Promise<boolean> {
+    const { id, idHex, leaseId, ttlMs } = lease;
+    const done = await runner.query(this.sql.complete, [id, leaseId, payload, ttlMs], true);
+    const rows = done.records as { watched: boolean }[];
+    if (rows.length === 0) return false;
+    // Part of the caller's transaction: PostgreSQL delivers it when that commits. (Not
+    // this.sql.notify, whose synchronous_commit setting would apply to the whole transaction.)
+    if (rows[0].watched) await runner.query('SELECT pg_notify($1, $2)', [this.channel, idHex]);
+    return true;
+  }
+
+  afterCommit(lease: SqlLease): void {
+    this.context.waiters.notify(lease.idHex);
   }
 
   async release(lease: SqlLease): Promise<boolean> {

@@ -1,0 +1,103 @@
+import { randomUUID } from 'node:crypto';
+import { IdempotencyEngine } from 'nest-idempotency';
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
+import { dropTable, mariadbAvailable, openMysqlDataSource, scratchTable } from '../support/mariadb';
+
+/**
+ * completion in a transaction on MySQL/MariaDB: the action's writes and the
+ * record's completion commit together (both DataSource types; the machine's
+ * MariaDB runs both statement sets).
+ */
+describe.runIf(mariadbAvailable()).each(['mariadb', 'mysql'] as const)(
+  'engine.runInTransaction on a %s DataSource',
+  (type) => {
+    let dataSource: DataSource;
+    let store: TypeOrmIdempotencyStore;
+    const table = scratchTable('tx');
+    const entries = `${table}_entries`;
+
+    beforeAll(async () => {
+      dataSource = await openMysqlDataSource({ type });
+      store = new TypeOrmIdempotencyStore(dataSource, { table, ensureSchema: true });
+      await dataSource.query(
+        `CREATE TABLE \`${entries}\` (id INT AUTO_INCREMENT PRIMARY KEY, account VARCHAR(64) NOT NULL) ENGINE=InnoDB`,
+      );
+    });
+    afterAll(async () => {
+      await store.close();
+      await dropTable(dataSource, table);
+      await dropTable(dataSource, entries);
+      await dataSource.destroy();
+    });
+
+    const rows = async (account: string) =>
+      Number(
+        (
+          (await dataSource.query(`SELECT count(*) AS n FROM \`${entries}\` WHERE account = ?`, [
+            account,
+          ])) as { n: number | string }[]
+        )[0].n,
+      );
+
+    it('commits the insert with the completion, replays without running, and a throw leaves nothing', async () => {
+      const engine = new IdempotencyEngine(store);
+      const policy = engine.policy({ scope: 'ledger.post' });
+      const account = randomUUID();
+      let runs = 0;
+      const action = async (manager: EntityManager) => {
+        runs++;
+        await manager.query(`INSERT INTO \`${entries}\` (account) VALUES (?)`, [account]);
+        return { account };
+      };
+      const key = randomUUID();
+      expect(await engine.runInTransaction(policy, { key }, action)).toEqual({
+        kind: 'executed',
+        value: { account },
+      });
+      expect(await engine.runInTransaction(policy, { key }, action)).toMatchObject({
+        kind: 'replayed',
+      });
+      expect(runs).toBe(1);
+      expect(await rows(account)).toBe(1);
+      expect((await store.find({ scope: 'ledger.post', key }))?.state).toBe('COMPLETE');
+
+      const failing = randomUUID();
+      await expect(
+        engine.runInTransaction(policy, { key: failing }, async (manager: EntityManager) => {
+          await action(manager);
+          throw new Error('after the insert');
+        }),
+      ).rejects.toThrow('after the insert');
+      expect(await rows(account)).toBe(1);
+      expect(await store.find({ scope: 'ledger.post', key: failing })).toBeNull();
+    });
+
+    it('wakes a waiter in this process once the transaction commits', async () => {
+      const engine = new IdempotencyEngine(store);
+      const policy = engine.policy({ scope: 'ledger.wait', waitTimeout: '5s' });
+      const key = randomUUID();
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let entered!: () => void;
+      const inAction = new Promise<void>((resolve) => (entered = resolve));
+      const first = engine.runInTransaction(policy, { key }, async () => {
+        entered();
+        await held;
+        return 'first';
+      });
+      await inAction;
+      const parked = new Promise<void>((resolve) => {
+        const stop = store.onWait(() => {
+          stop();
+          resolve();
+        });
+      });
+      const second = engine.run(policy, { key }, async () => 'second');
+      await parked;
+      release();
+      expect(await first).toEqual({ kind: 'executed', value: 'first' });
+      expect(await second).toMatchObject({ kind: 'replayed', value: 'first' });
+    });
+  },
+);
