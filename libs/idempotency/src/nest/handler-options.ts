@@ -4,6 +4,7 @@
  */
 import type { ExecutionContext } from '@nestjs/common';
 import type { Duration } from '../core/duration';
+import type { ReconcileHook } from '../core/policy';
 import type { IdempotencyRmqOptions } from './idempotency.options';
 
 /** The read-only view a key function (or expression) sees for an HTTP request. */
@@ -75,6 +76,38 @@ export interface IdempotentOptions {
    * have done. For switching the library on in production before trusting it.
    */
   mode?: IdempotencyMode;
+  /**
+   * `separate` (default): the record is completed in a statement of its own
+   * after the handler returns. `transaction`: the handler runs inside a
+   * database transaction and the record is completed in it, so the handler's
+   * writes and the completion commit together or not at all; the handler
+   * writes through `IdempotencyTransaction.manager` (or `TransactionHost.tx`
+   * with `@nestjs-cls/transactional`). Needs a store that supports it
+   * (`TypeOrmIdempotencyStore`); otherwise refused at bootstrap.
+   */
+  completion?: IdempotencyCompletion;
+  /**
+   * `refuse` (strict mode): an expired lease is never taken over; the record
+   * becomes AMBIGUOUS and every later attempt is refused (HTTP 409
+   * `idempotency-outcome-unknown`) until it is resolved. A handler that throws
+   * after its body began makes the record AMBIGUOUS too, unless `notExecuted`
+   * (or an `IdempotencyNotExecutedError`) says it had no effect. Default
+   * `steal`. Needs a store that supports it (in-memory, Redis).
+   */
+  onExpiredLease?: 'steal' | 'refuse';
+  /** Strict mode: true for a handler error that had no effect (the record is released instead). */
+  notExecuted?: (error: unknown) => boolean;
+  /** Strict mode: asked what happened when an attempt finds the record AMBIGUOUS. */
+  reconcile?: ReconcileHook;
+  /**
+   * When the handler ran but its outcome could not be recorded. `error`
+   * (default): HTTP 503 `idempotency-completion-failed`, a typed error on the
+   * other transports. `return`: the caller gets the handler's response, and a
+   * warning is logged; a retry may run the handler again.
+   */
+  onCompletionFailure?: 'error' | 'return';
 }
 
 export type IdempotencyMode = 'enforce' | 'observe';
+
+export type IdempotencyCompletion = 'separate' | 'transaction';

@@ -1,6 +1,7 @@
 import { StreamableFile } from '@nestjs/common';
 import { IdempotencyConfigError } from '../core/errors';
-import { compilePolicy, ExecutionPolicy } from '../core/policy';
+import { compilePolicy, ExecutionPolicy, PolicyOptions } from '../core/policy';
+import { assertStrictModeSupported } from '../core/strict';
 import type { IdempotencyRmqOptions } from './idempotency.options';
 import { DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS } from './idempotency.options';
 import type { IdempotentOptions, KeySource } from './handler-options';
@@ -26,6 +27,8 @@ export interface HandlerPlan {
   transport: Transport;
   /** The scope and durations, parsed once. */
   policy: ExecutionPolicy;
+  /** `transaction`: the handler runs in a database transaction that also completes the record. */
+  completion: 'separate' | 'transaction';
   /** Observe mode: run as if there were no idempotency, never wait, and report what enforce would do. */
   observe: boolean;
   required: boolean;
@@ -33,6 +36,8 @@ export interface HandlerPlan {
   fingerprint: false | 'default' | ((source: KeySource) => string | undefined);
   /** HTTP: lower-cased response headers stored and replayed. */
   replayHeaders?: Set<string>;
+  /** HTTP: the status a replay of a resolved record (a value, not a response) goes out with. */
+  replayStatus?: number;
   /** RPC: an @EventPattern (no reply) rather than a @MessagePattern. */
   isEvent?: boolean;
   /** RPC: the RabbitMQ settlement rules for this handler. */
@@ -86,9 +91,11 @@ export function compileHandlerPlan(
       waitTimeout: options.waitTimeout ?? settings.defaults.waitTimeout,
       ttl: options.ttl ?? settings.defaults.ttl,
       maxKeyLength: settings.maxKeyLength,
+      ...strictOptions(options, settings),
     },
     where,
   );
+  assertStrictModeSupported(policy, settings.store);
   const mode = options.mode ?? settings.defaults.mode ?? 'enforce';
   if (mode !== 'enforce' && mode !== 'observe') {
     throw new IdempotencyConfigError(
@@ -96,12 +103,25 @@ export function compileHandlerPlan(
     );
   }
   const observe = mode === 'observe';
+  const completion = options.completion ?? settings.defaults.completion ?? 'separate';
+  if (completion !== 'separate' && completion !== 'transaction') {
+    throw new IdempotencyConfigError(
+      `${where}: option "completion" must be 'separate' or 'transaction', got ${JSON.stringify(completion)}`,
+    );
+  }
+  if (completion === 'transaction' && !settings.store.transactional) {
+    throw new IdempotencyConfigError(
+      `${where}: option completion: 'transaction' needs a store that completes inside a database transaction (TypeOrmIdempotencyStore); ${storeName(settings.store)} cannot`,
+    );
+  }
   const plan: HandlerPlan = {
     where,
     transport,
     // Observing never makes a caller wait.
-    policy: observe ? { ...policy, waitTimeoutMs: 0 } : policy,
+    // Observing never makes a caller wait, and never makes a record AMBIGUOUS.
+    policy: observe ? { ...policy, waitTimeoutMs: 0, strict: false } : policy,
     observe,
+    completion,
     required: options.required ?? (transport === 'rpc' ? true : settings.required),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, transport, where),
@@ -112,6 +132,7 @@ export function compileHandlerPlan(
     const custom = (
       (Reflect.getMetadata(NEST_METADATA.headers, handler) ?? []) as { name: string }[]
     ).map((h) => h.name);
+    plan.replayStatus = routeStatus(handler);
     plan.replayHeaders = new Set(
       [...DEFAULT_REPLAY_HEADERS, ...settings.replayHeaders, ...custom]
         .map((h) => h.toLowerCase())
@@ -211,6 +232,38 @@ function refuseStreamingHandler(
       `${where}: @Idempotent cannot record a StreamableFile response; return the data instead`,
     );
   }
+}
+
+function storeName(store: object): string {
+  const name = (store as { constructor?: { name?: string } }).constructor?.name;
+  return name && name !== 'Object' ? name : 'this store';
+}
+
+/**
+ * Strict mode's options over the module's defaults. The module's
+ * `notExecuted` and `reconcile` reach strict handlers only, so a module-wide
+ * hook does not make every other handler's bootstrap fail.
+ */
+function strictOptions(
+  options: IdempotentOptions,
+  settings: ModuleSettings,
+): Partial<PolicyOptions> {
+  const defaults = settings.defaults;
+  const onExpiredLease = options.onExpiredLease ?? defaults.onExpiredLease;
+  const strict = onExpiredLease === 'refuse';
+  return {
+    onExpiredLease,
+    onCompletionFailure: options.onCompletionFailure ?? defaults.onCompletionFailure,
+    notExecuted: options.notExecuted ?? (strict ? defaults.notExecuted : undefined),
+    reconcile: options.reconcile ?? (strict ? defaults.reconcile : undefined),
+  };
+}
+
+/** `@HttpCode`, else Nest's default: 201 for POST, 200 otherwise. */
+function routeStatus(handler: object): number {
+  const code = Reflect.getMetadata('__httpCode__', handler) as unknown;
+  if (typeof code === 'number') return code;
+  return Reflect.getMetadata(NEST_METADATA.method, handler) === 1 ? 201 : 200;
 }
 
 function definedOnly<T extends object>(value: T): Partial<T> {

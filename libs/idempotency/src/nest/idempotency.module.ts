@@ -17,6 +17,8 @@ import { compileModuleSettings, ModuleSettings } from './module-settings';
 import { MODULE_SETTINGS } from './module-settings.provider';
 import { IdempotencyOpenApiDocumenter } from './openapi/openapi-documenter';
 import { MessageIdempotency } from './rpc/message-adapter';
+import { IdempotencyTransaction } from './transaction/idempotency-transaction';
+import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
 
 /**
  * `IdempotencyModule.forRoot({ store, ... })` or `forRootAsync({ useFactory, inject })`,
@@ -43,35 +45,53 @@ import { MessageIdempotency } from './rpc/message-adapter';
     },
     {
       provide: HttpIdempotency,
-      inject: [IdempotencyEngine, MODULE_SETTINGS, HttpAdapterHost],
-      useFactory: (engine: IdempotencyEngine, settings: ModuleSettings, host: HttpAdapterHost) =>
+      inject: [IdempotencyEngine, MODULE_SETTINGS, HttpAdapterHost, IdempotencyTransactionRunner],
+      useFactory: (
+        engine: IdempotencyEngine,
+        settings: ModuleSettings,
+        host: HttpAdapterHost,
+        transactions: IdempotencyTransactionRunner,
+      ) =>
         new HttpIdempotency(
           engine,
           settings,
           host,
           settings.options.logger ?? new Logger('Idempotency'),
+          transactions,
         ),
     },
     {
       provide: MessageIdempotency,
-      inject: [IdempotencyEngine, MODULE_SETTINGS],
-      useFactory: (engine: IdempotencyEngine, settings: ModuleSettings) =>
+      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
+      useFactory: (
+        engine: IdempotencyEngine,
+        settings: ModuleSettings,
+        transactions: IdempotencyTransactionRunner,
+      ) =>
         new MessageIdempotency(
           engine,
           settings,
           settings.options.logger ?? new Logger('Idempotency'),
+          transactions,
         ),
     },
     {
       provide: GraphqlIdempotency,
-      inject: [IdempotencyEngine, MODULE_SETTINGS],
-      useFactory: (engine: IdempotencyEngine, settings: ModuleSettings) =>
+      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
+      useFactory: (
+        engine: IdempotencyEngine,
+        settings: ModuleSettings,
+        transactions: IdempotencyTransactionRunner,
+      ) =>
         new GraphqlIdempotency(
           engine,
           settings,
           settings.options.logger ?? new Logger('Idempotency'),
+          transactions,
         ),
     },
+    IdempotencyTransactionRunner,
+    IdempotencyTransaction,
     IdempotencyExplorer,
     IdempotencyOpenApiDocumenter,
     IdempotencyPurgeScheduler,
@@ -83,6 +103,7 @@ import { MessageIdempotency } from './rpc/message-adapter';
     HttpIdempotency,
     MessageIdempotency,
     GraphqlIdempotency,
+    IdempotencyTransaction,
     IdempotencyPurgeScheduler,
     IDEMPOTENCY_MODULE_OPTIONS,
     MODULE_SETTINGS,

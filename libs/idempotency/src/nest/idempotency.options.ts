@@ -1,5 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { Duration } from '../core/duration';
+import type { ReconcileHook } from '../core/policy';
 import type { IdempotencyEvent } from '../core/events';
 import type { IdempotencyLogger } from '../core/logger';
 import type { IdempotencyStore } from '../core/store';
@@ -35,6 +36,16 @@ export interface IdempotencyDefaults {
   ttl?: Duration;
   /** `enforce` (default), or `observe`: run every handler as if there were no idempotency, and report. */
   mode?: 'enforce' | 'observe';
+  /** `separate` (default) or `transaction`: see `@Idempotent({ completion })`. */
+  completion?: 'separate' | 'transaction';
+  /** `steal` (default) or `refuse` (strict mode): see `@Idempotent({ onExpiredLease })`. */
+  onExpiredLease?: 'steal' | 'refuse';
+  /** Strict handlers: see `@Idempotent({ notExecuted })`. */
+  notExecuted?: (error: unknown) => boolean;
+  /** Strict handlers: see `@Idempotent({ reconcile })`. */
+  reconcile?: ReconcileHook;
+  /** `error` (default) or `return`: see `@Idempotent({ onCompletionFailure })`. */
+  onCompletionFailure?: 'error' | 'return';
 }
 
 export interface IdempotencyHttpOptions {

@@ -2,10 +2,12 @@ import { applyDecorators, UseInterceptors } from '@nestjs/common';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import type { IdempotentOptions } from './handler-options';
 import { IdempotentMetadata } from './idempotent.metadata';
+import { MarkHandlerEntry } from './strict/handler-entry';
 
 export type {
   GraphqlKeySource,
   HttpKeySource,
+  IdempotencyCompletion,
   IdempotencyMode,
   IdempotentOptions,
   KeySource,
@@ -19,6 +21,14 @@ export type {
  * override the module's defaults. The interceptor travels with the handler,
  * so it applies however the application is assembled (a hybrid application's
  * microservice included); anything else it is put on fails the bootstrap.
+ *
+ * The decorated method (on a class: each of its handlers) is replaced by a
+ * thin wrapper, metadata copied, that tells strict mode whether the
+ * handler's body was entered (see nest/strict/handler-entry.ts).
  */
 export const Idempotent = (options: IdempotentOptions = {}) =>
-  applyDecorators(IdempotentMetadata(options), UseInterceptors(IdempotencyInterceptor));
+  applyDecorators(
+    MarkHandlerEntry(),
+    IdempotentMetadata(options),
+    UseInterceptors(IdempotencyInterceptor),
+  );

@@ -8,3 +8,4 @@ export { IdempotencyHttpException, IdempotencyProblemFilter } from './http/probl
 export type { ProblemDetails } from './http/problem';
 export type { IdempotencyRpcError } from './rpc/rpc-exceptions';
 export * from './idempotency-purge.scheduler';
+export { IdempotencyTransaction } from './transaction/idempotency-transaction';

@@ -9,6 +9,8 @@ import {
   IdempotencyFingerprintMismatchException,
   IdempotencyInFlightException,
   IdempotencyKeyError,
+  IdempotencyOutcomeUnknownException,
+  IdempotencyLeaseLostError,
   IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
@@ -17,6 +19,7 @@ import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
 import { decodeValue, encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
+import type { Execution } from '../../core/execution';
 import type { HandlerPlan } from '../handler-plan';
 import { readKeyHeader } from '../http/key-header';
 import type { StoredRpcResult } from '../idempotency.options';
@@ -24,7 +27,10 @@ import type { GraphqlKeySource } from '../handler-options';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
 import { toPlain } from '../plain-value';
+import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
 import { graphqlRefusal, isGraphqlRefusal } from './graphql-errors';
+import { handleNext, HandlerEntry } from '../strict/handler-entry';
+import { completionFailureReturned } from '../strict/completion';
 
 type ObservedOutcome = Extract<IdempotencyEvent, { type: 'observed' }>['wouldHave'];
 
@@ -58,6 +64,7 @@ export class GraphqlIdempotency {
     private readonly engine: IdempotencyEngine,
     private readonly settings: ModuleSettings,
     private readonly logger: IdempotencyLogger,
+    private readonly transactions?: IdempotencyTransactionRunner,
   ) {}
 
   handle(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Observable<unknown> {
@@ -84,7 +91,7 @@ export class GraphqlIdempotency {
       fieldName: info.fieldName,
       context,
     };
-    const run = () => lastValueFrom(next.handle(), { defaultValue: undefined });
+    const run = () => this.runHandler(plan, next);
     if (plan.observe) return this.observe(context, run, plan, source, gqlContext);
 
     const resolved = this.resolveKey(plan, source, gqlContext);
@@ -117,11 +124,19 @@ export class GraphqlIdempotency {
     }
 
     const { execution } = begun;
+    if (plan.completion === 'transaction')
+      return this.inTransaction(
+        () => lastValueFrom(next.handle(), { defaultValue: undefined }),
+        plan,
+        execution,
+      );
     let value: unknown;
+    const entry = plan.policy.strict ? new HandlerEntry() : undefined;
     try {
-      value = await run();
+      value = await (entry ? handleNext(next, entry) : run());
     } catch (error) {
-      await execution.release('action-failed');
+      // Released (strict mode: AMBIGUOUS, once the resolver's body was entered).
+      await execution.fail(error, entry?.entered ?? true);
       throw error;
     }
     let payload: StoredPayload | undefined;
@@ -147,6 +162,14 @@ export class GraphqlIdempotency {
         this.logger.error(`${plan.where}: ${error.message}`);
         throw notStorableRefusal(plan);
       }
+      if (
+        error instanceof IdempotencyCompletionError &&
+        plan.policy.onCompletionFailure === 'return'
+      ) {
+        this.logger.error(`${plan.where}: ${error.message}`);
+        this.logger.warn(completionFailureReturned(plan, execution));
+        return value;
+      }
       if (error instanceof IdempotencyError) {
         this.logger.error(`${plan.where}: ${error.message}`);
         throw graphqlRefusal(
@@ -158,6 +181,69 @@ export class GraphqlIdempotency {
       throw error;
     }
     return value;
+  }
+
+  /**
+   * Runs the handler where nothing is completed in its transaction (no key,
+   * observe mode, separate completion): under `completion: 'transaction'` it
+   * still runs in a transaction of its own, so it reaches
+   * `IdempotencyTransaction.manager` on every path.
+   */
+  private runHandler(plan: HandlerPlan, next: CallHandler): Promise<unknown> {
+    const run = () => lastValueFrom(next.handle(), { defaultValue: undefined });
+    if (plan.completion !== 'transaction') return run();
+    return this.transactions!.runnerFor(this.engine.store)(run);
+  }
+
+  /** `completion: 'transaction'`: the resolver runs in a transaction that also completes the record. */
+  private async inTransaction(
+    run: () => Promise<unknown>,
+    plan: HandlerPlan,
+    execution: Execution,
+  ): Promise<unknown> {
+    try {
+      return await execution.runInTransaction(
+        this.transactions!.runnerFor(this.engine.store),
+        async () => {
+          const value = await run();
+          let payload: StoredPayload;
+          try {
+            payload = this.encode(value);
+          } catch (error) {
+            throw new IdempotencyPayloadError(
+              `the result for ${execution.keyDigest} cannot be stored (${(error as Error).message}); the transaction was rolled back`,
+              { cause: error },
+            );
+          }
+          return { value, payload };
+        },
+      );
+    } catch (error) {
+      if (error instanceof IdempotencyLeaseLostError) {
+        // Another attempt holds the key now; this one left nothing behind.
+        throw graphqlRefusal(
+          'idempotency-in-flight',
+          'a request with this idempotency key is still being processed',
+          1000,
+        );
+      }
+      if (error instanceof IdempotencyStoreUnavailableError) {
+        this.logger.warn(`${plan.where}: ${error.message}`);
+        throw graphqlRefusal(
+          'idempotency-store-unavailable',
+          'the mutation did not commit; nothing happened; retry later',
+          error.retryAfterMs,
+        );
+      }
+      if (error instanceof IdempotencyPayloadError) {
+        this.logger.error(`${plan.where}: ${error.message}`);
+        throw graphqlRefusal(
+          'idempotency-result-not-storable',
+          `${plan.where}: the mutation's result could not be recorded for replay, so its writes were rolled back`,
+        );
+      }
+      throw error; // the resolver's own error: rolled back, and the key is free again
+    }
   }
 
   private resolveKey(
@@ -187,6 +273,12 @@ export class GraphqlIdempotency {
   }
 
   private refusal(error: unknown, plan: HandlerPlan): unknown {
+    if (error instanceof IdempotencyOutcomeUnknownException) {
+      return graphqlRefusal(
+        'idempotency-outcome-unknown',
+        `${plan.where}: an earlier request with this idempotency key may have been processed and its outcome is unknown; it is not processed again until the record is resolved`,
+      );
+    }
     if (error instanceof IdempotencyInFlightException) {
       return graphqlRefusal(
         'idempotency-in-flight',

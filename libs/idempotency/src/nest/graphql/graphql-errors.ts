@@ -29,6 +29,7 @@ export const GRAPHQL_CODES = {
   'idempotency-store-unavailable': 'IDEMPOTENCY_STORE_UNAVAILABLE',
   'idempotency-completion-failed': 'IDEMPOTENCY_COMPLETION_FAILED',
   'idempotency-result-not-storable': 'IDEMPOTENCY_RESULT_NOT_STORABLE',
+  'idempotency-outcome-unknown': 'IDEMPOTENCY_OUTCOME_UNKNOWN',
 } as const;
 
 export type RefusalCode = keyof typeof GRAPHQL_CODES;

@@ -10,6 +10,8 @@ import {
   IdempotencyFingerprintMismatchException,
   IdempotencyInFlightException,
   IdempotencyKeyError,
+  IdempotencyLeaseLostError,
+  IdempotencyOutcomeUnknownException,
   IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
@@ -17,17 +19,20 @@ import type { Execution } from '../../core/execution';
 import type { IdempotencyEvent } from '../../core/events';
 import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
-import {
-  decodeHttpResponse,
-  encodeHttpResponse,
-  HttpResponseRecord,
-  notStorableReason,
-} from '../../core/payload';
+import { encodeHttpResponse, HttpResponseRecord, notStorableReason } from '../../core/payload';
 import type { HandlerPlan } from '../handler-plan';
 import { NEVER_STORED_HEADERS, StoredHttpResponse } from '../idempotency.options';
-import type { HttpKeySource } from '../idempotent.decorator';
+import type { HttpKeySource } from '../handler-options';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
+import { completionFailureReturned } from '../strict/completion';
+import {
+  completeAnsweredEarly,
+  outcomeUnknownProblem,
+  replayedResponse,
+} from '../strict/http-strict';
+import { handleNext, HandlerEntry } from '../strict/handler-entry';
+import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
 import { requestFingerprint } from './fingerprint';
 import { readKeyHeader } from './key-header';
 import { IdempotencyHttpException, problem, ProblemDetails } from './problem';
@@ -65,6 +70,7 @@ export class HttpIdempotency {
     private readonly settings: ModuleSettings,
     private readonly adapterHost: HttpAdapterHost,
     private readonly logger: IdempotencyLogger,
+    private readonly transactions?: IdempotencyTransactionRunner,
   ) {}
 
   handle(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Observable<unknown> {
@@ -104,7 +110,7 @@ export class HttpIdempotency {
           ),
         );
       }
-      return lastValueFrom(next.handle(), { defaultValue: undefined });
+      return this.runHandler(plan, next);
     }
     const bodyBytes = bodySize(request);
     if (bodyBytes > this.settings.maxBodyBytes) {
@@ -132,11 +138,14 @@ export class HttpIdempotency {
     if (begun.kind === 'replayed') {
       if (notStorableReason(begun.payload) !== undefined)
         throw this.refuse(response, notStorableProblem());
-      const stored = decodeHttpResponse(begun.payload);
+      // A record resolved by an operator or a reconcile hook holds a value, not a response.
+      const stored = replayedResponse(begun.payload, plan);
       // Whatever the chain makes of the value on its way out, the stored bytes are written.
       new HeldResponse(raw, async (finished) => replayOf(stored, finished));
       return valueOf(stored);
     }
+    if (plan.completion === 'transaction')
+      return this.executeInTransaction(next, plan, raw, begun.execution);
     return this.execute(next, plan, raw, begun.execution);
   }
 
@@ -152,7 +161,7 @@ export class HttpIdempotency {
     request: HttpRequest,
     raw: ServerResponse,
   ): Promise<unknown> {
-    const run = () => lastValueFrom(next.handle(), { defaultValue: undefined });
+    const run = () => this.runHandler(plan, next);
     const tenant = this.settings.options.tenant?.(context);
     const report = (wouldHave: ObservedOutcome, key?: string) =>
       this.engine.publish({
@@ -218,13 +227,20 @@ export class HttpIdempotency {
       return observing ? { kind: 'as-finished' } : outgoing;
     });
     let value: unknown;
+    const entry = plan.policy.strict ? new HandlerEntry() : undefined;
     try {
-      value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+      value = await (entry ? handleNext(next, entry) : this.runHandler(plan, next));
     } catch (error) {
-      // The action failed: the error response goes out as it is, and the key is free again.
+      // The action failed: the error response goes out as it is, and the key is free again
+      // (strict mode: AMBIGUOUS, once the handler's body was entered).
       held.release();
-      await execution.release('action-failed');
+      await execution.fail(error, entry?.entered ?? true);
       throw error;
+    }
+    if (answeredEarly && plan.policy.strict) {
+      // The handler ran: strict mode never frees its key for a second run.
+      await completeAnsweredEarly(execution, plan, this.logger);
+      return value;
     }
     if (answeredEarly) {
       this.logger.warn(
@@ -235,6 +251,137 @@ export class HttpIdempotency {
     }
     returned = true;
     return value;
+  }
+
+  /**
+   * `completion: 'transaction'`: the handler runs inside a database
+   * transaction, which stays open until the response it produced is held
+   * back, then completes the record with that response and commits. The
+   * response goes out only after the commit: a client never sees an answer
+   * whose writes could still roll back. Every failure rolls the handler's
+   * writes back and frees the key, so the answer is "nothing happened".
+   */
+  private async executeInTransaction(
+    next: CallHandler,
+    plan: HandlerPlan,
+    raw: ServerResponse,
+    execution: Execution,
+  ): Promise<unknown> {
+    const returned = deferred<unknown>();
+    const finished = deferred<FinishedResponse>();
+    const settled = deferred<Outgoing>();
+    let handlerReturned = false;
+    let answeredEarly = false;
+    const held = new HeldResponse(raw, (response): Promise<Outgoing> => {
+      if (!handlerReturned) {
+        // Something answered before the handler returned: its writes are rolled back.
+        answeredEarly = true;
+        return Promise.resolve({ kind: 'as-finished' });
+      }
+      finished.resolve(response);
+      return settled.promise;
+    });
+    const transaction = execution.runInTransaction(
+      this.transactions!.runnerFor(this.engine.store),
+      async () => {
+        let value: unknown;
+        try {
+          value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+        } catch (error) {
+          returned.reject(error);
+          throw error;
+        }
+        if (answeredEarly) {
+          returned.resolve(value);
+          throw new AnsweredEarly();
+        }
+        handlerReturned = true;
+        returned.resolve(value);
+        const response = await finished.promise;
+        const record = this.recordOf(plan, response);
+        return { value: undefined, payload: encodeHttpResponse(record) };
+      },
+    );
+    transaction.then(
+      () => settled.resolve({ kind: 'as-finished' }),
+      (error: unknown) => {
+        // Only a response held back waits for this; a failed handler's goes out as it is.
+        if (!handlerReturned) return;
+        void finished.promise.then((response) =>
+          settled.resolve(this.transactionFailure(plan, execution, error, response)),
+        );
+      },
+    );
+    try {
+      return await returned.promise;
+    } catch (error) {
+      // The handler failed: rolled back and released before its error response goes out.
+      await transaction.catch(() => undefined);
+      held.release();
+      throw error;
+    } finally {
+      if (answeredEarly) {
+        await transaction.catch(() => undefined);
+        this.logger.warn(
+          `${plan.where}: the response was sent before the handler returned (an interceptor answered first); its transaction was rolled back and ${execution.keyDigest} released`,
+        );
+      }
+    }
+  }
+
+  /** What the client gets when a transactional completion did not commit. */
+  private transactionFailure(
+    plan: HandlerPlan,
+    execution: Execution,
+    error: unknown,
+    response: FinishedResponse,
+  ): Outgoing {
+    let refusal: ReturnType<typeof problem>;
+    if (error instanceof IdempotencyLeaseLostError) {
+      // A newer attempt holds the key; this one left nothing behind.
+      refusal = problem(
+        409,
+        'idempotency-in-flight',
+        'a request with this idempotency key is still being processed',
+        1000,
+      );
+    } else if (error instanceof IdempotencyPayloadError || error instanceof NotStorable) {
+      this.logger.error(`${plan.where}: ${(error as Error).message}`);
+      refusal = problem(
+        500,
+        'idempotency-result-not-storable',
+        'the response could not be recorded for replay, so the request was rolled back; nothing happened',
+      );
+    } else {
+      this.logger.warn(
+        `${plan.where}: the transaction for ${execution.keyDigest} did not commit: ${(error as Error).message}`,
+      );
+      refusal = problem(
+        503,
+        'idempotency-store-unavailable',
+        'the request did not commit; nothing happened; retry later',
+        error instanceof IdempotencyStoreUnavailableError ? error.retryAfterMs : 1000,
+      );
+    }
+    return asOutgoing(refusal, this.settings.problemType, response);
+  }
+
+  /** The response as it is stored (sanitized); throws `NotStorable` when `sanitize` throws. */
+  private recordOf(plan: HandlerPlan, finished: FinishedResponse): HttpResponseRecord {
+    let record: HttpResponseRecord = {
+      status: finished.status,
+      headers: storedHeaders(finished.headers, plan.replayHeaders!),
+      body: finished.body,
+    };
+    if (this.settings.options.sanitize) {
+      try {
+        record = this.sanitize(record);
+      } catch (error) {
+        throw new NotStorable(`sanitize threw: ${(error as Error).message}`);
+      }
+      record.headers = storedHeaders(record.headers, plan.replayHeaders!);
+    }
+    return record;
   }
 
   private async complete(
@@ -272,6 +419,10 @@ export class HttpIdempotency {
     } catch (error) {
       if (error instanceof IdempotencyCompletionError) {
         this.logger.error(error.message);
+        if (plan.policy.onCompletionFailure === 'return') {
+          this.logger.warn(completionFailureReturned(plan, execution));
+          return { kind: 'as-finished' };
+        }
         return asOutgoing(
           problem(
             503,
@@ -308,6 +459,18 @@ export class HttpIdempotency {
       this.logger.error(`${plan.where}: ${(error as Error).message}`);
     }
     return asOutgoing(notStorableProblem(), this.settings.problemType, finished);
+  }
+
+  /**
+   * Runs the handler where nothing is completed in its transaction (no key,
+   * observe mode, separate completion): under `completion: 'transaction'` it
+   * still runs in a transaction of its own, so it reaches
+   * `IdempotencyTransaction.manager` on every path.
+   */
+  private runHandler(plan: HandlerPlan, next: CallHandler): Promise<unknown> {
+    const run = () => lastValueFrom(next.handle(), { defaultValue: undefined });
+    if (plan.completion !== 'transaction') return run();
+    return this.transactions!.runnerFor(this.engine.store)(run);
   }
 
   /** `sanitize` sees a copy: the body parsed from the bytes being sent, never the live object. */
@@ -429,6 +592,7 @@ export class HttpIdempotency {
   }
 
   private refusal(error: unknown, plan: HandlerPlan): ReturnType<typeof problem> {
+    if (error instanceof IdempotencyOutcomeUnknownException) return outcomeUnknownProblem(plan);
     if (error instanceof IdempotencyInFlightException) {
       return problem(
         409,
@@ -516,6 +680,32 @@ function valueOf(stored: HttpResponseRecord): unknown {
     }
   }
   return /^text\//i.test(type) ? stored.body.toString('utf8') : stored.body;
+}
+
+/** A response `sanitize` could not handle: in a transaction, a reason to roll back. */
+class NotStorable extends Error {}
+
+/** The response went out before the handler returned: in a transaction, a reason to roll back. */
+class AnsweredEarly extends Error {
+  constructor() {
+    super('the response was sent before the handler returned');
+  }
+}
+
+interface Deferred<T> {
+  promise: Promise<T>;
+  resolve(value: T): void;
+  reject(error: unknown): void;
+}
+
+function deferred<T>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
 }
 
 /** The handler ran once, and what it answered could not be recorded: never run it again for this key. */

@@ -7,6 +7,8 @@ import {
   IdempotencyFingerprintMismatchException,
   IdempotencyInFlightException,
   IdempotencyKeyError,
+  IdempotencyLeaseLostError,
+  IdempotencyOutcomeUnknownException,
   IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
@@ -15,6 +17,7 @@ import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
 import { decodeValue, encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
+import type { Execution } from '../../core/execution';
 import type { HandlerPlan } from '../handler-plan';
 import type { StoredRpcResult } from '../idempotency.options';
 import type { RpcKeySource } from '../handler-options';
@@ -23,8 +26,15 @@ import type { ModuleSettings } from '../module-settings';
 import { toPlain } from '../plain-value';
 import { messageView } from './message-view';
 import { microservices } from './microservices';
+import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
 import { settleDelivery } from './rmq-settlement';
 import { rpcExceptions } from './rpc-exceptions';
+import { handleNext, HandlerEntry } from '../strict/handler-entry';
+import { completionFailureReturned } from '../strict/completion';
+import { refuseOutcomeUnknown } from '../strict/message-strict';
+
+/** How soon a caller whose attempt lost its key to a newer owner may retry (to be replayed). */
+const TAKEN_OVER_RETRY_MS = 1000;
 
 type ObservedOutcome = Extract<IdempotencyEvent, { type: 'observed' }>['wouldHave'];
 
@@ -39,6 +49,7 @@ export class MessageIdempotency {
     private readonly engine: IdempotencyEngine,
     private readonly settings: ModuleSettings,
     private readonly logger: IdempotencyLogger,
+    private readonly transactions?: IdempotencyTransactionRunner,
   ) {}
 
   handle(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Observable<unknown> {
@@ -75,7 +86,7 @@ export class MessageIdempotency {
           `${plan.where}: the message has no idempotency key`,
         );
       }
-      return lastValueFrom(next.handle(), { defaultValue: undefined });
+      return this.runHandler(plan, next);
     }
     const fingerprint =
       plan.fingerprint === false || plan.fingerprint === 'default'
@@ -90,6 +101,9 @@ export class MessageIdempotency {
         tenant: this.settings.options.tenant?.(context),
       });
     } catch (error) {
+      if (error instanceof IdempotencyOutcomeUnknownException) {
+        return refuseOutcomeUnknown(context, plan, error, this.logger);
+      }
       if (error instanceof IdempotencyInFlightException) {
         settleDelivery(context, plan.rmq!, 'inFlight', error.retryAfterMs);
         throw exceptions.inFlight(error.retryAfterMs, error.scope, error.keyDigest);
@@ -132,11 +146,15 @@ export class MessageIdempotency {
       return decodeValue(begun.payload) ?? null;
     }
     const { execution } = begun;
+    if (plan.completion === 'transaction')
+      return this.inTransaction(context, next, plan, execution);
     let value: unknown;
+    const entry = plan.policy.strict ? new HandlerEntry() : undefined;
     try {
-      value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+      value = await (entry ? handleNext(next, entry) : this.runHandler(plan, next));
     } catch (error) {
-      await execution.release('action-failed');
+      // Released (strict mode: AMBIGUOUS, once the handler's body was entered).
+      await execution.fail(error, entry?.entered ?? true);
       throw error;
     }
     let payload: StoredPayload | undefined;
@@ -163,6 +181,14 @@ export class MessageIdempotency {
         this.logger.error(`${plan.where}: ${error.message}`);
         return value;
       }
+      if (
+        error instanceof IdempotencyCompletionError &&
+        plan.policy.onCompletionFailure === 'return'
+      ) {
+        this.logger.error(`${plan.where}: ${error.message}`);
+        this.logger.warn(completionFailureReturned(plan, execution));
+        return value;
+      }
       if (error instanceof IdempotencyError) {
         this.logger.error(`${plan.where}: ${error.message}`);
         throw exceptions.rejected(
@@ -178,6 +204,66 @@ export class MessageIdempotency {
   }
 
   /**
+   * Runs the handler where nothing is completed in its transaction (no key,
+   * observe mode, separate completion): under `completion: 'transaction'` it
+   * still runs in a transaction of its own, so it reaches
+   * `IdempotencyTransaction.manager` on every path.
+   */
+  private runHandler(plan: HandlerPlan, next: CallHandler): Promise<unknown> {
+    const run = () => lastValueFrom(next.handle(), { defaultValue: undefined });
+    if (plan.completion !== 'transaction') return run();
+    return this.transactions!.runnerFor(this.engine.store)(run);
+  }
+
+  /**
+   * `completion: 'transaction'`: the handler runs inside a database
+   * transaction that also completes the record. Nothing of a rolled-back
+   * attempt remains, so each failure is answered as "nothing happened".
+   */
+  private async inTransaction(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+    execution: Execution,
+  ): Promise<unknown> {
+    const exceptions = rpcExceptions();
+    try {
+      return await execution.runInTransaction(
+        this.transactions!.runnerFor(this.engine.store),
+        async () => {
+          const value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+          let payload: StoredPayload;
+          try {
+            payload = this.encode(value);
+          } catch (error) {
+            throw new IdempotencyPayloadError(
+              `the result for ${execution.keyDigest} cannot be stored (${(error as Error).message}); the transaction was rolled back`,
+              { cause: error },
+            );
+          }
+          return { value, payload };
+        },
+      );
+    } catch (error) {
+      if (error instanceof IdempotencyLeaseLostError) {
+        // Another attempt holds the key now; this one left nothing behind.
+        settleDelivery(context, plan.rmq!, 'inFlight', TAKEN_OVER_RETRY_MS);
+        throw exceptions.inFlight(TAKEN_OVER_RETRY_MS, plan.policy.scope, execution.keyDigest);
+      }
+      if (error instanceof IdempotencyStoreUnavailableError) {
+        this.logger.warn(`${plan.where}: ${error.message}`);
+        settleDelivery(context, plan.rmq!, 'unavailable', error.retryAfterMs);
+        throw exceptions.unavailable(error.retryAfterMs, error.message);
+      }
+      if (error instanceof IdempotencyPayloadError) {
+        this.logger.error(`${plan.where}: ${error.message}`);
+        return this.reject(context, plan, 'idempotency-result-not-storable', error.message);
+      }
+      throw error; // the handler's own error: rolled back, and the key is free again
+    }
+  }
+
+  /**
    * Observe mode: the handler runs whatever the record says (no refusal, no
    * settlement: the handler settles its own delivery), and an `observed`
    * event says what enforce mode would have done.
@@ -188,7 +274,7 @@ export class MessageIdempotency {
     plan: HandlerPlan,
     source: RpcKeySource,
   ): Promise<unknown> {
-    const run = () => lastValueFrom(next.handle(), { defaultValue: undefined });
+    const run = () => this.runHandler(plan, next);
     const tenant = this.settings.options.tenant?.(context);
     const report = (wouldHave: ObservedOutcome, key?: string) =>
       this.engine.publish({

@@ -1,4 +1,7 @@
-import { IdempotencyInFlightException } from '../../core/errors';
+import {
+  IdempotencyInFlightException,
+  IdempotencyOutcomeUnknownException,
+} from '../../core/errors';
 import { microservices } from './microservices';
 
 /** A refusal as a message handler's caller (and Nest's RPC exception handling) sees it. */
@@ -20,6 +23,16 @@ export interface RpcExceptions {
   ): IdempotencyRpcError & { retryAfterMs: number };
   /** Can never succeed as sent (bad key, reused key): not retriable. */
   rejected(code: string, message: string): IdempotencyRpcError;
+  /**
+   * Strict mode: the record is AMBIGUOUS. Not retriable (an `RpcException`,
+   * so Kafka answers a request with it instead of redelivering), and
+   * `instanceof IdempotencyOutcomeUnknownException`.
+   */
+  outcomeUnknown(error: IdempotencyOutcomeUnknownException): IdempotencyRpcError & {
+    scope: string;
+    keyDigest: string;
+    since: Date;
+  };
 }
 
 let classes: RpcExceptions | undefined;
@@ -75,12 +88,29 @@ export function rpcExceptions(): RpcExceptions {
     }
   }
 
+  class IdempotencyOutcomeUnknownRpcException extends RpcException {
+    readonly code = 'idempotency-outcome-unknown';
+    readonly scope: string;
+    readonly keyDigest: string;
+    readonly since: Date;
+
+    constructor(unknown: IdempotencyOutcomeUnknownException) {
+      super({ status: 'error', code: 'idempotency-outcome-unknown', message: unknown.message });
+      this.scope = unknown.scope;
+      this.keyDigest = unknown.keyDigest;
+      this.since = unknown.since;
+      this.name = 'IdempotencyOutcomeUnknownException';
+      IdempotencyOutcomeUnknownException.brand(this);
+    }
+  }
+
   classes = {
     inFlight: (retryAfterMs, scope, keyDigest) =>
       new IdempotencyInFlightRpcException(retryAfterMs, scope, keyDigest),
     unavailable: (retryAfterMs, message) =>
       new IdempotencyStoreUnavailableRpcException(retryAfterMs, message),
     rejected: (code, message) => new IdempotencyRpcException(code, message),
+    outcomeUnknown: (unknown) => new IdempotencyOutcomeUnknownRpcException(unknown),
   };
   return classes;
 }

@@ -1,0 +1,98 @@
+import type { CallHandler } from '@nestjs/common';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { lastValueFrom } from 'rxjs';
+import { NEST_METADATA } from '../nest-metadata';
+
+/**
+ * Strict mode has to tell "the handler threw" (it may have had effects: the
+ * record becomes AMBIGUOUS) from "something before it threw" (a pipe's
+ * validation, an interceptor listed after `@Idempotent`: nothing ran, the
+ * record is released). Both surface as the same error out of `next.handle()`.
+ *
+ * So `@Idempotent` replaces the decorated method with a thin wrapper that
+ * marks the current call's `HandlerEntry` (an AsyncLocalStorage store the
+ * adapter opens around `next.handle()`) and calls the original. Nest reads
+ * `instance[methodName]` once, at bootstrap, for routes (Express and
+ * Fastify), message handlers and resolvers, so the wrapper is what it calls,
+ * and `context.getHandler()` is the wrapper everywhere (the explorer keys its
+ * plans by that same function). The original's metadata (every key, written
+ * by the decorators listed below `@Idempotent`) is copied onto the wrapper;
+ * decorators listed above it write onto the wrapper directly.
+ */
+export class HandlerEntry {
+  /** True once the handler's own body was called. */
+  entered = false;
+}
+
+const entries = new AsyncLocalStorage<HandlerEntry>();
+const WRAPPED = Symbol('nest-idempotency.handler-entry');
+
+/**
+ * Runs the rest of the chain (pipes, inner interceptors, the handler) and
+ * resolves with its value; with an `entry`, records in it whether the
+ * handler's body was entered. `lastValueFrom` subscribes synchronously, inside
+ * the store's scope, and Nest binds the chain's async scope there.
+ */
+export function handleNext(next: CallHandler, entry?: HandlerEntry): Promise<unknown> {
+  if (!entry) return lastValueFrom(next.handle(), { defaultValue: undefined });
+  return entries.run(entry, () => lastValueFrom(next.handle(), { defaultValue: undefined }));
+}
+
+/** The method decorator (and, on a class, the wrapping of each of its handlers). */
+export function MarkHandlerEntry(): ClassDecorator & MethodDecorator {
+  return ((target: object, _key?: string | symbol, descriptor?: PropertyDescriptor) => {
+    if (descriptor) {
+      if (typeof descriptor.value === 'function')
+        descriptor.value = wrap(descriptor.value as AnyFunction);
+      return descriptor;
+    }
+    wrapHandlersOf(target as { prototype: object });
+    return undefined;
+  }) as ClassDecorator & MethodDecorator;
+}
+
+/** Class-level `@Idempotent`: each route, message handler or resolver method, inherited ones included. */
+function wrapHandlersOf(classRef: { prototype: object }): void {
+  const prototype = classRef.prototype as Record<string | symbol, unknown>;
+  const seen = new Set<string | symbol>();
+  for (
+    let level: object | null = prototype;
+    level && level !== Object.prototype;
+    level = Object.getPrototypeOf(level)
+  ) {
+    for (const name of Object.getOwnPropertyNames(level)) {
+      if (name === 'constructor' || seen.has(name)) continue;
+      seen.add(name);
+      const descriptor = Object.getOwnPropertyDescriptor(level, name);
+      const method = descriptor?.value as unknown;
+      if (typeof method !== 'function' || !isHandler(method)) continue;
+      Object.defineProperty(prototype, name, { ...descriptor, value: wrap(method as AnyFunction) });
+    }
+  }
+}
+
+function isHandler(method: object): boolean {
+  return (
+    Reflect.hasOwnMetadata(NEST_METADATA.path, method) ||
+    Reflect.hasOwnMetadata(NEST_METADATA.pattern, method) ||
+    Reflect.hasOwnMetadata(NEST_METADATA.graphqlResolver, method)
+  );
+}
+
+type AnyFunction = (this: unknown, ...args: unknown[]) => unknown;
+
+function wrap(original: AnyFunction): AnyFunction {
+  if ((original as unknown as Record<symbol, unknown>)[WRAPPED]) return original;
+  const wrapper = function (this: unknown, ...args: unknown[]): unknown {
+    const entry = entries.getStore();
+    if (entry !== undefined) entry.entered = true;
+    return original.apply(this, args);
+  };
+  for (const key of Reflect.getOwnMetadataKeys(original)) {
+    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, original), wrapper);
+  }
+  Object.defineProperty(wrapper, 'name', { value: original.name });
+  Object.defineProperty(wrapper, 'length', { value: original.length });
+  Object.defineProperty(wrapper, WRAPPED, { value: original });
+  return wrapper;
+}

@@ -1,0 +1,65 @@
+import { Injectable, OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { IdempotencyConfigError } from '../../core/errors';
+import type { IdempotencyStore, TransactionRunner } from '../../core/store';
+import { withCurrentTransaction } from './idempotency-transaction';
+
+interface ClsTransactionHost {
+  withTransaction<T>(fn: () => Promise<T>): Promise<T>;
+  readonly tx: unknown;
+}
+
+/**
+ * Opens the transaction of a `completion: 'transaction'` call. With
+ * `@nestjs-cls/transactional` set up in the application, its
+ * `TransactionHost.withTransaction` (which joins a transaction already open)
+ * and `TransactionHost.tx`; otherwise the store's own transaction. Either way
+ * the handler also finds it through `IdempotencyTransaction.manager`.
+ */
+@Injectable()
+export class IdempotencyTransactionRunner implements OnModuleInit {
+  private host: ClsTransactionHost | undefined;
+
+  constructor(private readonly moduleRef: ModuleRef) {}
+
+  onModuleInit(): void {
+    this.host = this.findClsHost();
+  }
+
+  /** Whether the transactions come from `@nestjs-cls/transactional`. */
+  get usesCls(): boolean {
+    return this.host !== undefined;
+  }
+
+  runnerFor(store: IdempotencyStore): TransactionRunner {
+    const host = this.host;
+    if (host) {
+      return (work) =>
+        host.withTransaction(() => withCurrentTransaction(host.tx, () => work(host.tx)));
+    }
+    const transactional = store.transactional;
+    if (!transactional) {
+      throw new IdempotencyConfigError(
+        "completion: 'transaction' needs a store that completes inside a database transaction",
+      );
+    }
+    return (work) => transactional.transaction((tx) => withCurrentTransaction(tx, () => work(tx)));
+  }
+
+  private findClsHost(): ClsTransactionHost | undefined {
+    let transactional: { TransactionHost: abstract new (...args: never[]) => unknown };
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      transactional = require('@nestjs-cls/transactional') as typeof transactional;
+    } catch {
+      return undefined; // not installed: the store's own transaction
+    }
+    try {
+      return this.moduleRef.get(transactional.TransactionHost, {
+        strict: false,
+      }) as ClsTransactionHost;
+    } catch {
+      return undefined; // installed, but no ClsPluginTransactional in this application
+    }
+  }
+}
