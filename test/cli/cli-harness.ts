@@ -1,5 +1,6 @@
 import { DataSource } from 'typeorm';
 import { schemaSql } from 'nest-idempotency/typeorm';
+import { ContractHarness, STORE_CONTRACT } from 'nest-idempotency/testing';
 import { runCli } from '../../libs/idempotency/src/cli';
 import type { Interrupt } from '../../libs/idempotency/src/cli';
 import { testDatabaseUrl } from '../support/postgres';
@@ -62,3 +63,31 @@ export function rowsMentioning(output: string, text: string): string[] {
 }
 
 export const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * What verify must grade on a store that keeps every guarantee: PASS, or N/A
+ * for a scenario that says it does not apply to `harness` (built as the CLI
+ * builds its own: the kind of store, its clock, its expiry).
+ */
+export function expectedGrades(harness: ContractHarness): Array<[string, 'PASS' | 'N/A']> {
+  return STORE_CONTRACT.map((s) => [s.id, s.notApplicable?.(harness) ? 'N/A' : 'PASS']);
+}
+
+/** verify's summary line for those grades, with `unchecked` more N/A that do count against it. */
+export function summaryLine(grades: Array<[string, string]>, unchecked = 0): string {
+  const pass = grades.filter(([, grade]) => grade === 'PASS').length - unchecked;
+  const apart = grades.length - pass - unchecked;
+  const notApplicable =
+    apart > 0 ? ` (${apart} of them ${apart === 1 ? 'does' : 'do'} not apply to this store)` : '';
+  const verdict =
+    unchecked > 0
+      ? 'NOT VERIFIED: a guarantee could not be checked (N/A is not a pass).'
+      : 'verified.';
+  return `${pass} PASS, 0 FAIL, ${apart + unchecked} N/A${notApplicable}: ${verdict}`;
+}
+
+/** verify --json's summary for those grades. */
+export function summaryJson(grades: Array<[string, string]>): Record<string, number> {
+  const apart = grades.filter(([, grade]) => grade === 'N/A').length;
+  return { pass: grades.length - apart, fail: 0, notApplicable: apart, doesNotApply: apart };
+}

@@ -1,7 +1,6 @@
 import { AddressInfo, createServer, Server, Socket } from 'node:net';
 import { DataSource } from 'typeorm';
 import { encodeValue, IdempotencyStore, keyDigest, Lease } from 'nest-idempotency';
-import { STORE_CONTRACT } from 'nest-idempotency/testing';
 import { mysqlSchemaSql, TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { mysqlSnapshot } from '../support/mariadb-harness';
@@ -25,7 +24,15 @@ import {
   snapshotScope,
 } from '../support/redis';
 import { hasRedisBinaries, RedisServers, startCluster } from '../support/redis-server';
-import { cli, CliRun, delay, rowsMentioning } from './cli-harness';
+import {
+  cli,
+  CliRun,
+  delay,
+  expectedGrades,
+  rowsMentioning,
+  summaryJson,
+  summaryLine,
+} from './cli-harness';
 
 /**
  * list, inspect, purge and verify on MariaDB (a mysql:// or mariadb:// URL)
@@ -43,7 +50,6 @@ const RAW_KEYS = [LIVE, LAPSED, DONE, STALE];
 const SCOPE = 'Payments.create';
 const RESULT = { kind: 'http', status: 201, headers: {}, body: { id: 9 } };
 const PASSWORD = 'cli-pa55-never-printed';
-const ALL = STORE_CONTRACT.length;
 
 /** LIVE in flight; LAPSED's lease run out within its TTL; DONE complete; STALE complete past its TTL. */
 async function seed(store: IdempotencyStore): Promise<void> {
@@ -205,10 +211,14 @@ describe.runIf(mariadbAvailable())('nest-idempotency on MariaDB (mysql:// and ma
       expect(stderr).toBe('');
       const output = JSON.parse(stdout) as VerifyJson;
       expect(output.store).toBe(scheme);
-      expect(output.results.map((r) => [r.id, r.grade])).toEqual(
-        STORE_CONTRACT.map((scenario) => [scenario.id, 'PASS']),
-      );
-      expect(output.summary).toEqual({ pass: ALL, fail: 0, notApplicable: 0, doesNotApply: 0 });
+      // Every scenario PASS (purge.batch-limit included), but any that says it does not apply.
+      const grades = expectedGrades({
+        store: new TypeOrmIdempotencyStore(admin, { table }),
+        clock: 'store',
+      });
+      expect(grades).toContainEqual(['purge.batch-limit', 'PASS']);
+      expect(output.results.map((r) => [r.id, r.grade])).toEqual(grades);
+      expect(output.summary).toEqual(summaryJson(grades));
       const scratch = String(output.scratchTable);
       expect(scratch).toMatch(/^test\.nest_idempotency_verify_[0-9a-f]{12}$/);
       expect(output.scratchTableDropped).toBe(true);
@@ -221,6 +231,38 @@ describe.runIf(mariadbAvailable())('nest-idempotency on MariaDB (mysql:// and ma
     },
     60_000,
   );
+
+  it('resolve: this store has no strict mode, so nothing to resolve; exit 6, the record untouched', async () => {
+    const before = await mysqlSnapshot(admin, table, SCOPE);
+    const run = await at('mariadb', 'resolve', SCOPE, LAPSED, '--not-executed');
+    expect(expectOneLine(run)).toBe(
+      `error: the store in ${where} does not support strict mode, so it has no AMBIGUOUS records to resolve\n`,
+    );
+    expect(run.code).toBe(6);
+    expect(await mysqlSnapshot(admin, table, SCOPE)).toBe(before);
+  });
+
+  it('verify exits 4 with one line when the login may not create the scratch table', async () => {
+    const user = `cli_nocreate_${Date.now().toString(36)}`;
+    const host = new URL(mysqlTestUrl()).hostname || '127.0.0.1';
+    await admin.query(`CREATE USER '${user}'@'${host}' IDENTIFIED BY '${PASSWORD}'`);
+    try {
+      await admin.query(`GRANT SELECT ON test.* TO '${user}'@'${host}'`);
+      const login = new URL(url('mariadb'));
+      login.username = user;
+      login.password = PASSWORD;
+      const run = await cli(['verify'], { env: { DATABASE_URL: login.toString() } });
+      expect(expectOneLine(run)).toMatch(
+        new RegExp(
+          `^error: verify needs to create a scratch table, and this login may not: CREATE command denied to user '${user}'`,
+        ),
+      );
+      expect(run.stderr).not.toContain(PASSWORD);
+      expect(run.code).toBe(4);
+    } finally {
+      await admin.query(`DROP USER IF EXISTS '${user}'@'${host}'`);
+    }
+  });
 
   it('unreachable or refused: exit 3, one line naming the server, never the password', async () => {
     const port = await closedPort();
@@ -382,12 +424,99 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
     expect(stdout.split('\n').find((line) => line.includes('at most `limit` records'))).toMatch(
       /│ N\/A {3}│ the backend expires records itself/,
     );
-    expect(stdout).toContain(
-      `${ALL - 1} PASS, 0 FAIL, 1 N/A (1 of them does not apply to this store): verified. Redis `,
-    );
+    const grades = expectedGrades({ store, clock: 'store', expiry: 'backend' });
+    expect(grades).toContainEqual(['purge.batch-limit', 'N/A']);
+    expect(stdout).toContain(`${summaryLine(grades)} Redis `);
     expect(code).toBe(0);
     expect(await scanAll(admin, `${scratch}*`)).toEqual([]);
   }, 60_000);
+
+  it('resolve: an AMBIGUOUS record becomes COMPLETE (replayed) or is deleted (the next attempt runs), recorded as cli:local', async () => {
+    const strictPrefix = scratchPrefix('cli-resolve');
+    const strict = new RedisIdempotencyStore(admin, { keyPrefix: strictPrefix });
+    const scope = 'Payments.refund';
+    const [ran, notRun, open] = ['raw-key-ran-5e1a', 'raw-key-not-run-91c4', 'raw-key-open-2b7d'];
+    const on = (...args: string[]) =>
+      cli(['--key-prefix', strictPrefix, ...args], { env: { REDIS_URL: redisUrl() } });
+    const acquire = async (key: string): Promise<Lease> => {
+      const result = await strict.tryAcquire({
+        scope,
+        key,
+        leaseMs: 600_000,
+        ttlMs: 3_600_000,
+        waitTimeoutMs: 0,
+        fingerprint: null,
+        onExpiredLease: 'refuse',
+      });
+      if (result.kind !== 'acquired') throw new Error(`resolve seed: ${result.kind}`);
+      return result.lease;
+    };
+    try {
+      await strict.strictMode.markAmbiguous(await acquire(ran), 'action-failed');
+      await strict.strictMode.markAmbiguous(await acquire(notRun), 'lease-expired');
+      await acquire(open);
+      const strictWhere = `${strictPrefix}* on Redis ${target}`;
+
+      const listed = await on('list');
+      expect(rowsMentioning(listed.stdout, keyDigest(scope, ran))[0]).toMatch(/│ AMBIGUOUS\s/);
+      expect(listed.stdout).not.toContain(ran);
+
+      const completed = await on('resolve', scope, ran, '--completed', '--payload', '{"id":7}');
+      expect(completed.stderr).toBe('');
+      expect(completed.stdout).toMatch(
+        new RegExp(
+          `^resolved ${keyDigest(scope, ran).replace(/[.*/#]/g, '\\$&')} in \\S+ on Redis \\S+ as completed by cli:local at \\S+Z: it is COMPLETE and replayed until \\S+Z\\n$`,
+        ),
+      );
+      expect(completed.stdout).not.toContain(ran);
+      expect(completed.code).toBe(0);
+      const view = await strict.find({ scope, key: ran });
+      expect(view).toMatchObject({ state: 'COMPLETE', resolvedBy: 'cli:local' });
+      const replay = await strict.tryAcquire({
+        scope,
+        key: ran,
+        leaseMs: 1000,
+        ttlMs: 1000,
+        waitTimeoutMs: 0,
+        fingerprint: null,
+        onExpiredLease: 'refuse',
+      });
+      expect(replay.kind).toBe('duplicate');
+
+      const deleted = await on('resolve', scope, notRun, '--not-executed', '--json');
+      expect(deleted.code).toBe(0);
+      expect(JSON.parse(deleted.stdout)).toMatchObject({
+        table: strictWhere,
+        key: notRun,
+        outcome: 'not-executed',
+        resolvedBy: 'cli:local',
+        expiresAt: null,
+        event: { type: 'resolved', resolver: 'cli:local', outcome: 'not-executed' },
+      });
+      expect(await strict.find({ scope, key: notRun })).toBeNull();
+
+      // Only an AMBIGUOUS record is resolved: the one in flight is left as it is.
+      const held = await on('resolve', scope, open, '--not-executed');
+      expect(expectOneLine(held)).toBe(
+        `error: ${keyDigest(scope, open)} in ${strictWhere} is IN_PROGRESS, not AMBIGUOUS: nothing was changed (only an AMBIGUOUS record is resolved)\n`,
+      );
+      expect(held.code).toBe(6);
+      expect((await strict.find({ scope, key: open }))?.state).toBe('IN_PROGRESS');
+      const missing = await on('resolve', scope, notRun, '--not-executed');
+      expect(missing.code).toBe(5);
+      const both = await on('resolve', scope, open, '--completed', '--not-executed');
+      expect(expectOneLine(both)).toBe(
+        'error: pass exactly one of --completed and --not-executed\n',
+      );
+      expect(both.code).toBe(2);
+      const badJson = await on('resolve', scope, open, '--completed', '--payload', '{id');
+      expect(badJson.stderr).toMatch(/^error: --payload is not JSON: /);
+      expect(badJson.code).toBe(2);
+      expect((await strict.find({ scope, key: open }))?.state).toBe('IN_PROGRESS');
+    } finally {
+      await deletePrefix(admin, strictPrefix);
+    }
+  });
 
   it('unreachable or silent: exit 3, one line naming host and port, never the password', async () => {
     const port = await closedPort();
@@ -506,15 +635,14 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
       expect(run.stderr).toBe('');
       const output = JSON.parse(run.stdout) as VerifyJson;
       expect(output.store).toBe('redis-cluster');
-      expect(output.results.filter((r) => r.grade !== 'PASS').map((r) => [r.id, r.grade])).toEqual([
-        ['purge.batch-limit', 'N/A'],
-      ]);
-      expect(output.summary).toEqual({
-        pass: ALL - 1,
-        fail: 0,
-        notApplicable: 1,
-        doesNotApply: 1,
+      const grades = expectedGrades({
+        store: new RedisIdempotencyStore(clusterAdmin, { keyPrefix: clusterPrefix }),
+        clock: 'store',
+        expiry: 'backend',
       });
+      expect(grades).toContainEqual(['purge.batch-limit', 'N/A']);
+      expect(output.results.map((r) => [r.id, r.grade])).toEqual(grades);
+      expect(output.summary).toEqual(summaryJson(grades));
       expect(output.scratchPrefixDeleted).toBe(true);
       expect(await scanAll(clusterAdmin, `${String(output.scratchPrefix)}*`)).toEqual([]);
       expect(run.code).toBe(0);

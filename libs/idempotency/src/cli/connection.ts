@@ -98,7 +98,11 @@ export interface Backend {
   toCliError(error: unknown): CliError;
 }
 
-/** Loads the backend the connection needs: `typeorm` for SQL, `redis` for Redis, never both. */
+/**
+ * Loads the backend the connection needs: `typeorm` for SQL, `redis` for Redis, never both.
+ * `import()` with the built file's name: Node resolves it in dist/, Vite (the tests) maps it to
+ * the source.
+ */
 export async function openBackend(connection: Connection): Promise<Backend> {
   if (connection.kind === 'redis') {
     const { redisBackend } = await import('./redis-backend.js');

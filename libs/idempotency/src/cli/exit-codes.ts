@@ -13,7 +13,7 @@ export const ExitCode = {
   UNREACHABLE: 3,
   /** The records table is missing or has the wrong shape; or verify may not create its scratch schema (or table). */
   SCHEMA: 4,
-  /** `inspect`: no record for that scope and key. */
+  /** `inspect`, `resolve`: no record for that scope and key. */
   NOT_FOUND: 5,
   /** Anything else: the server refused a statement (e.g. permission denied), a driver is missing, or an unexpected error. */
   ERROR: 6,
@@ -42,6 +42,6 @@ Exit codes:
   2    usage: bad command, option or value; no database or Redis URL
   3    unreachable: the database or Redis (refused, unknown host, no answer within --timeout, login refused)
   4    schema: the records table is missing or has the wrong shape; verify may not create its scratch schema or table
-  5    inspect: no such record
+  5    inspect, resolve: no such record
   6    other error (e.g. the server refused a statement: permission denied; a driver is not installed)
   130  interrupted`;

@@ -8,6 +8,7 @@ import { CliError, EXIT_CODES_HELP, ExitCode } from './exit-codes';
 import { addInspectCommand } from './inspect';
 import { addListCommand } from './list';
 import { addPurgeCommand } from './purge';
+import { addResolveCommand } from './resolve';
 import { addVerifyCommand } from './verify';
 
 /**
@@ -85,6 +86,7 @@ ${EXIT_CODES_HELP}`,
   addListCommand(program, context);
   addInspectCommand(program, context);
   addPurgeCommand(program, context);
+  addResolveCommand(program, context);
   addVerifyCommand(program, context);
   return program;
 }
