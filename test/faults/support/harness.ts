@@ -20,8 +20,10 @@ const SCRIPTS = {
   pg: path.join(__dirname, 'pg-server.ts'),
   /** fault-app.ts on a Redis or MariaDB store (cases 9 to 11). */
   'store-app': path.join(__dirname, 'store-app.ts'),
+  /** A Nest app whose handlers write a row, in the completion's transaction or not (case 12). */
+  'tx-app': path.join(__dirname, 'tx-app.ts'),
 };
-const ENV_PREFIX = { worker: 'FW_', app: 'FA_', pg: 'FP_', 'store-app': 'FS_' };
+const ENV_PREFIX = { worker: 'FW_', app: 'FA_', pg: 'FP_', 'store-app': 'FS_', 'tx-app': 'FT_' };
 
 /** Every child any spec started; `stopAllChildren` (afterAll) ends those still alive. */
 const children = new Set<Child>();
@@ -172,8 +174,8 @@ export function eventsOf(child: Child): IdempotencyEvent[] {
 
 /**
  * Forks a worker (engine over IPC) or an app (Nest over HTTP) with @swc-node/register and
- * resolves once it reports ready. `env` is prefixed FW_ (worker), FA_ (app), FP_ (pg) or FS_
- * (store-app).
+ * resolves once it reports ready. `env` is prefixed FW_ (worker), FA_ (app), FP_ (pg), FS_
+ * (store-app) or FT_ (tx-app).
  */
 export async function startChild(
   kind: keyof typeof SCRIPTS,
