@@ -460,6 +460,18 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
       const listed = await on('list');
       expect(rowsMentioning(listed.stdout, keyDigest(scope, ran))[0]).toMatch(/│ AMBIGUOUS\s/);
       expect(listed.stdout).not.toContain(ran);
+      const onlyAmbiguous = await on('list', '--state', 'ambiguous', '--json');
+      expect(
+        JSON.parse(onlyAmbiguous.stdout)
+          .records.map((r: { key: string; ambiguousReason: string }) => [r.key, r.ambiguousReason])
+          .sort(),
+      ).toEqual([
+        [notRun, 'lease-expired'],
+        [ran, 'action-failed'],
+      ]);
+      const before = await on('inspect', scope, ran);
+      expect(before.stdout).toMatch(/│ ambiguous\s+│ \S+Z \(.*\), action-failed: resolve it/);
+      expect(before.stdout).toContain('payload: none (the outcome of the action is unknown)');
 
       const completed = await on('resolve', scope, ran, '--completed', '--payload', '{"id":7}');
       expect(completed.stderr).toBe('');
@@ -472,6 +484,11 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
       expect(completed.code).toBe(0);
       const view = await strict.find({ scope, key: ran });
       expect(view).toMatchObject({ state: 'COMPLETE', resolvedBy: 'cli:local' });
+      const after = await on('inspect', scope, ran);
+      expect(after.stdout).toMatch(/│ resolved\s+│ by cli:local at \S+Z\s+│/);
+      expect(after.stdout).toContain(
+        `payload (as stored, after sanitize):\n${JSON.stringify({ id: 7 }, null, 2)}`,
+      );
       const replay = await strict.tryAcquire({
         scope,
         key: ran,

@@ -12,5 +12,9 @@ export function wholeNumber(min: number, max: number): (value: string) => number
 }
 
 /** `--state` values and the record states they stand for. */
-export const STATE_ARGUMENTS = { 'in-progress': 'IN_PROGRESS', complete: 'COMPLETE' } as const;
+export const STATE_ARGUMENTS = {
+  'in-progress': 'IN_PROGRESS',
+  complete: 'COMPLETE',
+  ambiguous: 'AMBIGUOUS',
+} as const;
 export type StateArgument = keyof typeof STATE_ARGUMENTS;

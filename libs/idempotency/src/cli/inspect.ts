@@ -7,6 +7,7 @@ import { CommandContext } from './context';
 import { CliError, ExitCode } from './exit-codes';
 import {
   formatDuration,
+  formatInstant,
   instantWithRelative,
   leaseLabel,
   renderFields,
@@ -89,10 +90,27 @@ function fields(record: IdempotencyRecordView, now: Date): Array<[string, string
     ['age', formatDuration(Math.max(0, now.getTime() - record.createdAt.getTime()))],
     ['completed', record.completedAt ? instantWithRelative(record.completedAt, now) : '-'],
     ['fingerprint', record.fingerprint ?? '-'],
+    ...(record.ambiguousSince
+      ? ([
+          [
+            'ambiguous',
+            `${instantWithRelative(record.ambiguousSince, now)}, ${record.ambiguousReason}: resolve it (nest-idempotency resolve)`,
+          ],
+        ] as Array<[string, string]>)
+      : []),
+    ...(record.resolvedBy
+      ? ([
+          [
+            'resolved',
+            `by ${record.resolvedBy}${record.resolvedAt ? ` at ${formatInstant(record.resolvedAt)}` : ''}`,
+          ],
+        ] as Array<[string, string]>)
+      : []),
   ];
 }
 
 function payloadText(record: IdempotencyRecordView): string {
+  if (record.state === 'AMBIGUOUS') return 'payload: none (the outcome of the action is unknown)';
   if (record.state !== 'COMPLETE' || record.payload === undefined)
     return 'payload: none yet (the action has not completed)';
   const payload = describePayload(record.payload);

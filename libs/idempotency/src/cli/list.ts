@@ -99,5 +99,14 @@ export function recordJson(record: IdempotencyRecordView, now: Date): Record<str
     ageMs: now.getTime() - record.createdAt.getTime(),
     completedAt: record.completedAt?.toISOString() ?? null,
     fingerprint: record.fingerprint,
+    ...(record.ambiguousSince
+      ? {
+          ambiguousSince: record.ambiguousSince.toISOString(),
+          ambiguousReason: record.ambiguousReason,
+        }
+      : {}),
+    ...(record.resolvedBy
+      ? { resolvedBy: record.resolvedBy, resolvedAt: record.resolvedAt?.toISOString() ?? null }
+      : {}),
   };
 }
