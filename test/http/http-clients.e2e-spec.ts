@@ -111,5 +111,12 @@ describe.each(ADAPTERS)('what clients see, over %s', (adapter) => {
       scope: 'ClientsController.observed',
       keyDigest: keyDigest('ClientsController.observed', key),
     });
+    // Nothing was replayed or refused: only the observed events say what would have been.
+    expect(
+      events
+        .filter((e) => e.scope === 'ClientsController.observed')
+        .map((e) => e.type)
+        .filter((type) => type !== 'observed'),
+    ).toEqual(['acquired', 'completed']);
   });
 });

@@ -325,5 +325,8 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     expect(
       events.filter((e) => e.type === 'observed' && e.scope === 'OrdersConsumer.observed'),
     ).toMatchObject([{ wouldHave: 'replayed' }]);
+    expect(
+      events.filter((e) => e.type === 'replayed' && e.scope === 'OrdersConsumer.observed'),
+    ).toEqual([]);
   });
 });

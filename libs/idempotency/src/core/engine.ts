@@ -217,8 +217,18 @@ export class IdempotencyEngine {
    * `IdempotencyInFlightException` (still held after the wait),
    * `IdempotencyFingerprintMismatchException`, `IdempotencyKeyError` and the
    * store's `IdempotencyStoreUnavailableError`.
+   *
+   * `options.observing`: observe mode, where the caller runs the action
+   * whatever the record says and reports an `observed` event itself; the
+   * `replayed`, `in-flight` and `fingerprint-mismatch` events, which would
+   * count refusals and replays that never happened, are not emitted.
    */
-  async begin(policy: ExecutionPolicy, call: CallOptions): Promise<BeginOutcome> {
+  async begin(
+    policy: ExecutionPolicy,
+    call: CallOptions,
+    options: { observing?: boolean } = {},
+  ): Promise<BeginOutcome> {
+    const emit = options.observing ? () => {} : this.context.emit;
     // The digest in its messages is the one events and logs use for this record.
     assertValidKey(policy.where, call.key, policy.maxKeyLength, (key) =>
       keyDigest(policy.scope, key, call.tenant),
@@ -248,7 +258,7 @@ export class IdempotencyEngine {
     }
     switch (result.kind) {
       case 'duplicate':
-        this.context.emit(() => ({
+        emit(() => ({
           type: 'replayed',
           scope: policy.scope,
           keyDigest: digest(),
@@ -269,7 +279,7 @@ export class IdempotencyEngine {
       }
       case 'in-flight': {
         const error = new IdempotencyInFlightException(result.retryAfterMs, policy.scope, digest());
-        this.context.emit(() => ({
+        emit(() => ({
           type: 'in-flight',
           scope: policy.scope,
           keyDigest: error.keyDigest,
@@ -280,7 +290,7 @@ export class IdempotencyEngine {
       }
       case 'fingerprint-mismatch': {
         const error = new IdempotencyFingerprintMismatchException(policy.scope, digest());
-        this.context.emit(() => ({
+        emit(() => ({
           type: 'fingerprint-mismatch',
           scope: policy.scope,
           keyDigest: error.keyDigest,
@@ -291,7 +301,7 @@ export class IdempotencyEngine {
         // Strict mode: ask the reconcile hook, or refuse (IdempotencyOutcomeUnknownException).
         const id = { scope: storedScope(policy.scope, tenant), key };
         const answer = await answerAmbiguous(this.context, policy, id, result, digest(), startedAt);
-        return answer.kind === 'acquire-again' ? this.begin(policy, call) : answer;
+        return answer.kind === 'acquire-again' ? this.begin(policy, call, options) : answer;
       }
       default:
         return assertNever(result);

@@ -341,11 +341,11 @@ export class GraphqlIdempotency {
     const info = (context.getArgs() as unknown[])[3] as ResolverInfo;
     let begun;
     try {
-      begun = await this.engine.begin(plan.policy, {
-        key: resolved.key,
-        fingerprint: fingerprintOf(plan, source, info),
-        tenant,
-      });
+      begun = await this.engine.begin(
+        plan.policy,
+        { key: resolved.key, fingerprint: fingerprintOf(plan, source, info), tenant },
+        { observing: true },
+      );
     } catch (error) {
       if (error instanceof IdempotencyInFlightException) report('in-flight', resolved.key);
       else if (error instanceof IdempotencyFingerprintMismatchException)

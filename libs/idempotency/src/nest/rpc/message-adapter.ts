@@ -301,7 +301,11 @@ export class MessageIdempotency {
         : (plan.fingerprint(source) ?? null);
     let begun;
     try {
-      begun = await this.engine.begin(plan.policy, { key: resolved.key, fingerprint, tenant });
+      begun = await this.engine.begin(
+        plan.policy,
+        { key: resolved.key, fingerprint, tenant },
+        { observing: true },
+      );
     } catch (error) {
       if (error instanceof IdempotencyInFlightException) report('in-flight', resolved.key);
       else if (error instanceof IdempotencyFingerprintMismatchException)
