@@ -19,6 +19,7 @@ describe.runIf(mariadbAvailable())('MariaDB', () => {
     describeIdempotencyStoreContract(
       `TypeOrmIdempotencyStore (MariaDB, DataSource type ${type}, preparedStatements: ${preparedStatements})`,
       () => mariadbHarness('contract', { type, preparedStatements }),
+      { strictMode: true },
     );
   }
 });

@@ -335,7 +335,7 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
 
   describe('migrations, one list for every database', () => {
     it.each(['mariadb', 'mysql'] as const)(
-      'writes the MySQL DDL on a %s DataSource; the upgrade step has nothing to do; undo drops the table',
+      'writes the MySQL DDL on a %s DataSource; the upgrade step has nothing to do; strict mode cannot be undone',
       async (type) => {
         const table = newTable('migrated');
         const migrationsTableName = scratchTable('migrations');
@@ -351,6 +351,7 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
         expect(ran.map((m) => m.name)).toEqual([
           'CreateIdempotencyRecords1764460800000',
           'UpgradeIdempotencyRecords1764547200000',
+          'AddIdempotencyAmbiguousState1764633600000',
         ]);
         expect(await tableExists(table)).toBe(true);
         const store = newStore(admin, { table });
@@ -360,13 +361,18 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
         expect(ddl['Create Table']).toContain('`id` binary(32) NOT NULL');
         expect(ddl['Create Table']).toContain('`payload` longblob');
         expect(ddl['Create Table']).toContain('ENGINE=InnoDB');
+        expect(ddl['Create Table']).toMatch(
+          /CHECK \(`state` in \('IN_PROGRESS','COMPLETE','AMBIGUOUS'\)\)/,
+        );
+        expect(ddl['Create Table']).toContain('`ambiguous_since` datetime(6)');
         await expect(migrations.showMigrations()).resolves.toBe(false);
 
-        await migrations.undoLastMigration(); // the upgrade: nothing to undo
+        // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
+        await expect(migrations.undoLastMigration()).rejects.toThrow(
+          'AddIdempotencyAmbiguousState1764633600000 cannot be reverted: AMBIGUOUS records would be lost and their keys could run again; restore a backup instead',
+        );
         expect(await tableExists(table)).toBe(true);
-        await migrations.undoLastMigration(); // the creation: drops the table
-        expect(await tableExists(table)).toBe(false);
-        await expect(migrations.showMigrations()).resolves.toBe(true);
+        await expect(migrations.showMigrations()).resolves.toBe(false);
       },
     );
 

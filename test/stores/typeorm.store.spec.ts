@@ -296,7 +296,7 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       await roundTrip(stores[2]);
     });
 
-    it('accepts the table createIdempotencyMigrations creates through TypeORM migrations; the upgrade refuses to be undone', async () => {
+    it('accepts the table createIdempotencyMigrations creates through TypeORM migrations; the upgrades refuse to be undone', async () => {
       const schema = newSchema();
       await admin.query(`CREATE SCHEMA "${schema}"`);
       const migrations = await newDataSource({
@@ -310,6 +310,7 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       expect(ran.map((m) => m.name)).toEqual([
         'CreateIdempotencyRecords1764460800000',
         'UpgradeIdempotencyRecords1764547200000',
+        'AddIdempotencyAmbiguousState1764633600000',
       ]);
       expect(await tableExists(schema)).toBe(true);
       const store = newStore(admin, { schema });
@@ -317,8 +318,15 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       await roundTrip(store);
       await expect(migrations.showMigrations()).resolves.toBe(false);
 
-      // Undoing the upgrade would lose completed records (bytes jsonb cannot hold): refused.
+      // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
       await expect(migrations.undoLastMigration()).rejects.toThrow(
+        'AddIdempotencyAmbiguousState1764633600000 cannot be reverted: AMBIGUOUS records would be lost and their keys could run again; restore a backup instead',
+      );
+      // As is undoing the upgrade, which would lose completed records (bytes jsonb cannot hold).
+      const upgrade = new (createIdempotencyMigrations({ schema })[1])();
+      const runner = migrations.createQueryRunner();
+      cleanups.push(() => runner.release());
+      await expect(upgrade.down(runner)).rejects.toThrow(
         'UpgradeIdempotencyRecords1764547200000 cannot be reverted: completed records would be lost; restore a backup instead',
       );
 

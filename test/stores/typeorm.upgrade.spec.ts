@@ -275,7 +275,10 @@ describe('upgrading a 0.1 table in place', () => {
     });
     const ran = await database02.runMigrations();
 
-    expect(ran.map((m) => m.name)).toEqual(['UpgradeIdempotencyRecords1764547200000']);
+    expect(ran.map((m) => m.name)).toEqual([
+      'UpgradeIdempotencyRecords1764547200000',
+      'AddIdempotencyAmbiguousState1764633600000',
+    ]);
     await expect(database02.showMigrations()).resolves.toBe(false);
     await expectPreservedAndReplaying(schema, records, before);
   });

@@ -9,7 +9,12 @@ export {
   createIdempotencyMigration,
   createIdempotencyMigrations,
 } from './stores/typeorm/migration';
-export { createTableSql, schemaSql, upgradeTableSql } from './stores/typeorm/postgres/schema';
+export {
+  createTableSql,
+  schemaSql,
+  strictModeTableSql,
+  upgradeTableSql,
+} from './stores/typeorm/postgres/schema';
 export { mysqlSchemaSql } from './stores/typeorm/mysql/schema';
 export type { MysqlTableName } from './stores/typeorm/mysql/sql';
 export type { TableName } from './stores/typeorm/table';

@@ -3,9 +3,12 @@ import type { ObservedRecord } from '../../core/decide';
 import type { IdempotencyLogger } from '../../core/logger';
 import type {
   AcquireRequest,
+  AmbiguityReason,
   IdempotencyRecordView,
   Lease,
   ListFilter,
+  Resolution,
+  ResolveResult,
   StoredPayload,
 } from '../../core/store';
 import type { WaiterRegistry } from '../../core/waiters';
@@ -52,6 +55,13 @@ export interface Dialect {
   /** After the transaction that ran `completeIn` committed: wakes this instance's waiters. */
   afterCommit(lease: SqlLease): void;
   extend(lease: SqlLease): Promise<boolean>;
+  /**
+   * Strict mode: IN_PROGRESS under the lease → AMBIGUOUS (false when not held),
+   * waking the record's waiters so that they see it.
+   */
+  markAmbiguous(lease: SqlLease, reason: AmbiguityReason): Promise<boolean>;
+  /** Strict mode: ends an AMBIGUOUS record, atomically; anything else is left alone. Wakes waiters. */
+  resolve(record: RecordRef, resolution: Resolution): Promise<ResolveResult>;
   /** One bounded batch; how many rows it deleted. */
   purge(limit: number): Promise<number>;
   /** How many rows `purge` would delete now, at most `limit` (null: no bound), locking nothing. */

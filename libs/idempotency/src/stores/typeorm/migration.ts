@@ -1,7 +1,12 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { mysqlCreateTableSql, mysqlDropTableSql } from './mysql/schema';
-import { createTableSql, dropTableSql, upgradeTableSql } from './postgres/schema';
-import { DEFAULT_TABLE, TableName } from './table';
+import { mysqlCreateTableSql, mysqlDropTableSql, mysqlStrictModeUpgrade } from './mysql/schema';
+import {
+  createTableSql,
+  dropTableSql,
+  strictModeTableSql,
+  upgradeTableSql,
+} from './postgres/schema';
+import { DEFAULT_TABLE, STRICT_MODE_MIGRATION, TableName } from './table';
 
 type MigrationClass = new () => MigrationInterface;
 
@@ -28,6 +33,11 @@ function dialectOf(queryRunner: QueryRunner): 'postgres' | 'mysql' {
  * creates the table in its current shape, and the second has nothing to do
  * (it is there so that one list of migrations serves every database). There,
  * `schema` is the database, by default the DataSource's.
+ *
+ * The third (strict mode) lets a record be AMBIGUOUS: a wider state CHECK and
+ * four nullable columns, added in place with every record kept, on every
+ * database. The store checks for them at startup, so run it before deploying
+ * a release that has it.
  */
 export function createIdempotencyMigrations(name: Partial<TableName> = {}): MigrationClass[] {
   const target = { ...DEFAULT_TABLE, ...name };
@@ -67,6 +77,28 @@ export function createIdempotencyMigrations(name: Partial<TableName> = {}): Migr
         // records and let their keys run again.
         throw new Error(
           'UpgradeIdempotencyRecords1764547200000 cannot be reverted: completed records would be lost; restore a backup instead',
+        );
+      }
+    },
+    class AddIdempotencyAmbiguousState1764633600000 implements MigrationInterface {
+      name = STRICT_MODE_MIGRATION;
+
+      async up(queryRunner: QueryRunner): Promise<void> {
+        if (dialectOf(queryRunner) === 'mysql') {
+          await mysqlStrictModeUpgrade(
+            (sql, params) => queryRunner.query(sql, params),
+            mysqlTarget,
+          );
+          return;
+        }
+        for (const sql of strictModeTableSql(target)) await queryRunner.query(sql);
+      }
+
+      async down(): Promise<void> {
+        // Going back would have to delete AMBIGUOUS records, and with them the only trace that
+        // their actions may have run: a retry would then run them again.
+        throw new Error(
+          `${STRICT_MODE_MIGRATION} cannot be reverted: AMBIGUOUS records would be lost and their keys could run again; restore a backup instead`,
         );
       }
     },

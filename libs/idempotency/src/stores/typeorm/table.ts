@@ -9,6 +9,9 @@ export interface TableName {
 
 export const DEFAULT_TABLE: TableName = { schema: 'public', table: 'idempotency_records' };
 
+/** The migration that adds strict mode's state and columns (./migration.ts), named by the schema checks. */
+export const STRICT_MODE_MIGRATION = 'AddIdempotencyAmbiguousState1764633600000';
+
 export function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }

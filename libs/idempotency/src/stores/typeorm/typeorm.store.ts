@@ -11,6 +11,7 @@ import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload
 import {
   AcquireRequest,
   AcquireResult,
+  AmbiguityReason,
   DEFAULT_MAX_WAITERS,
   DEFAULT_PURGE_BATCH,
   IdempotencyRecordView,
@@ -18,7 +19,10 @@ import {
   Lease,
   ListFilter,
   RecordId,
+  Resolution,
+  ResolveResult,
   StoredPayload,
+  StrictModeSupport,
   TransactionalCompletion,
 } from '../../core/store';
 import { Observation, waitForRecord } from '../../core/wait-loop';
@@ -73,7 +77,8 @@ export interface TypeOrmIdempotencyStoreOptions {
  * `pg`), MySQL and MariaDB (`mysql` or `mariadb`, driver `mysql2`). Each
  * database's SQL lives in its dialect (./postgres, ./mysql); see
  * docs/storage.md and docs/mariadb.md for the tables, the migrations and the
- * round trips each call costs.
+ * round trips each call costs. Supports strict mode on every database (the
+ * AMBIGUOUS state needs the third migration, which the schema check asks for).
  */
 export class TypeOrmIdempotencyStore implements IdempotencyStore {
   private readonly dialect: Dialect;
@@ -216,6 +221,32 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     },
     afterCommit: (lease) => this.dialect.afterCommit(lease as SqlLease),
   };
+
+  /**
+   * Strict mode (`onExpiredLease: 'refuse'`): AMBIGUOUS records, kept in the
+   * table until resolved (never purged, never taken over), on the database's clock.
+   */
+  readonly strictMode: StrictModeSupport = {
+    markAmbiguous: (lease, reason) => this.markAmbiguous(lease, reason),
+    resolve: (id, resolution) => this.resolve(id, resolution),
+  };
+
+  private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    await this.init();
+    if (!(await this.dialect.markAmbiguous(lease as SqlLease, reason))) {
+      throw new IdempotencyLeaseLostError(
+        'markAmbiguous refused: the record is no longer held under this lease',
+      );
+    }
+  }
+
+  private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    if (resolution.outcome === 'completed') {
+      assertPayloadSize(resolution.payload, this.maxPayloadBytes);
+    }
+    await this.init();
+    return this.dialect.resolve(recordRef(id.scope, id.key), resolution);
+  }
 
   async release(lease: Lease): Promise<void> {
     await this.init();

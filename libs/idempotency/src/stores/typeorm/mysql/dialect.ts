@@ -5,9 +5,12 @@ import {
 } from '../../../core/errors';
 import type {
   AcquireRequest,
+  AmbiguityReason,
   IdempotencyRecordView,
   ListFilter,
   RecordState,
+  Resolution,
+  ResolveResult,
   StoredPayload,
 } from '../../../core/store';
 import type {
@@ -28,7 +31,8 @@ import {
   MYSQL_PRIMARY_KEY_QUERY,
   MysqlColumnRow,
   mysqlCreateDatabaseSql,
-  mysqlCreateTableSql,
+  mysqlCurrentTableSql,
+  mysqlStrictModeUpgrade,
 } from './schema';
 import { bind, Statement } from './sql';
 import { buildMysqlStatements, MysqlStatements } from './statements';
@@ -54,6 +58,9 @@ interface LookRow {
   completed_at_us: Numeric;
   lease_left_us: Numeric;
   expires_left_us: Numeric;
+  /** Strict statements only (and `ambiguousRead`). */
+  ambiguous_since_us?: Numeric;
+  ambiguous_reason?: AmbiguityReason | null;
 }
 
 interface ViewRow {
@@ -67,6 +74,10 @@ interface ViewRow {
   created_at_us: Numeric;
   completed_at_us: Numeric;
   lease_expired: Numeric;
+  ambiguous_since_us: Numeric;
+  ambiguous_reason: AmbiguityReason | null;
+  resolved_by: string | null;
+  resolved_at_us: Numeric;
 }
 
 interface ServerRow {
@@ -86,6 +97,11 @@ interface ServerRow {
  *   left alone (a replay, or a record in flight).
  * - Waiting duplicates on this instance are woken in process by complete and
  *   release; those on other instances by ./wake-poller.ts.
+ * - Strict mode (`onExpiredLease: 'refuse'`) sends `acquireStrict` instead,
+ *   the same one statement (and read back) that moves an expired lease to
+ *   AMBIGUOUS where the default one steals it; the default one, finding an
+ *   AMBIGUOUS record (which it never steals), reads its since and why with
+ *   one more statement.
  */
 export class MysqlDialect implements Dialect {
   private productName: string;
@@ -143,7 +159,12 @@ export class MysqlDialect implements Dialect {
       // CREATE … IF NOT EXISTS is atomic under the server's metadata lock: instances
       // that start together need no lock of their own.
       if (context.schema) await this.ddl(mysqlCreateDatabaseSql(context.schema));
-      for (const sql of mysqlCreateTableSql(name)) await this.ddl(sql);
+      for (const sql of mysqlCurrentTableSql(name)) await this.ddl(sql);
+      // A table an older release made: strict mode's state and columns.
+      await mysqlStrictModeUpgrade(
+        (text, params) => this.query('ensureSchema', plain(text), params),
+        name,
+      );
     }
     const where = [database, context.table];
     const columns = await this.query<MysqlColumnRow[]>(
@@ -201,6 +222,7 @@ export class MysqlDialect implements Dialect {
   ): Promise<AcquireAttempt> {
     const watch =
       request.waitTimeoutMs > 0 ? this.poller?.watch(record.id, record.idHex) : undefined;
+    const strict = request.onExpiredLease === 'refuse';
     const values = {
       id: record.id,
       scope: record.scope,
@@ -220,7 +242,7 @@ export class MysqlDialect implements Dialect {
       end: () => watch?.dispose(),
       look: async (watching) => {
         try {
-          return await this.look(values, logged, watching ? watch : undefined);
+          return await this.look(values, logged, watching ? watch : undefined, strict, record);
         } catch (error) {
           // Two acquirers deadlocked on the same new row: InnoDB rolled one back. Look again.
           if (isLockConflict(error)) return { kind: 'changed' };
@@ -234,23 +256,56 @@ export class MysqlDialect implements Dialect {
     values: Record<string, unknown>,
     logged: Record<string, unknown>,
     watch: WakeWatch | undefined,
+    strict: boolean,
+    record: RecordRef,
   ): Promise<LookResult> {
     const sql = this.sql;
+    const acquire = strict ? sql.acquireStrict : sql.acquire;
+    const readBack = strict ? sql.readBackStrict : sql.readBack;
     let row: LookRow | undefined;
-    if (!sql.readBack) {
-      [row] = await this.query<LookRow[]>('acquire', sql.acquire, values, logged);
+    if (!readBack) {
+      [row] = await this.query<LookRow[]>('acquire', acquire, values, logged);
     } else {
-      const ok = await this.query<MysqlOk>('acquire', sql.acquire, values, logged);
+      const ok = await this.query<MysqlOk>('acquire', acquire, values, logged);
       const marker = Number(ok.insertId);
       if (marker === INSERTED || marker === STOLEN) return { kind: 'acquired' };
-      [row] = await this.query<LookRow[]>('acquire (read back)', sql.readBack, values, logged);
+      [row] = await this.query<LookRow[]>('acquire (read back)', readBack, values, logged);
     }
     // Gone between the two statements (released, purged): look again.
     if (!row) return { kind: 'changed' };
-    if (Number(row.mine) === 1) return { kind: 'acquired' };
+    const mine = Number(row.mine) === 1;
+    if (row.state === 'AMBIGUOUS') {
+      // Moved there by this very statement (its lease id is the mark), or found so.
+      if (mine) this.context.waiters.notify(record.idHex);
+      if (row.ambiguous_since_us === undefined) {
+        [row] = await this.query<LookRow[]>(
+          'acquire',
+          sql.ambiguousRead,
+          { id: values.id },
+          { id: logged.id },
+        );
+        // Resolved since: look again.
+        if (row?.state !== 'AMBIGUOUS') return { kind: 'changed' };
+      }
+      return {
+        kind: 'record',
+        record: {
+          state: 'AMBIGUOUS',
+          fingerprint: row.fingerprint,
+          leaseLeftMs: 0,
+          expiresLeftMs: 0,
+          payload: null,
+          completedAt: null,
+          ambiguousSince: dateOf(row.ambiguous_since_us ?? null),
+          ambiguousReason: row.ambiguous_reason ?? null,
+          transitioned: mine,
+        },
+      };
+    }
+    if (mine) return { kind: 'acquired' };
     const leaseLeftMs = micros(row.lease_left_us) / 1000;
     const expiresLeftMs = micros(row.expires_left_us) / 1000;
-    // Stealable, yet not stolen: it changed between the statements. Look again.
+    // Stealable (or, strict, to be moved), yet not: it changed between the statements. Look again.
     if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) {
       return { kind: 'changed' };
     }
@@ -318,6 +373,77 @@ export class MysqlDialect implements Dialect {
       { id: idHex, lease: leaseId, leaseMs },
     );
     return matchedRows(ok) > 0;
+  }
+
+  async markAmbiguous(lease: SqlLease, reason: AmbiguityReason): Promise<boolean> {
+    const { id, idHex, leaseId } = lease;
+    const ok = await this.query<MysqlOk>(
+      'markAmbiguous',
+      this.sql.markAmbiguous,
+      { id, lease: leaseId, reason },
+      { id: idHex, lease: leaseId, reason },
+    );
+    if (ok.affectedRows === 0) return false;
+    // Other instances' waiters see the lease go at their next poll.
+    this.context.waiters.notify(idHex);
+    return true;
+  }
+
+  async resolve(record: RecordRef, resolution: Resolution): Promise<ResolveResult> {
+    const { id, idHex } = record;
+    for (;;) {
+      const ok =
+        resolution.outcome === 'completed'
+          ? await this.query<MysqlOk>(
+              'resolve',
+              this.sql.resolveCompleted,
+              {
+                id,
+                payload: resolution.payload,
+                ttlMs: resolution.ttlMs,
+                resolvedBy: resolution.resolvedBy,
+              },
+              {
+                id: idHex,
+                payload: `<${resolution.payload.length} bytes>`,
+                ttlMs: resolution.ttlMs,
+                resolvedBy: resolution.resolvedBy,
+              },
+            )
+          : await this.query<MysqlOk>(
+              'resolve',
+              this.sql.resolveNotExecuted,
+              { id },
+              { id: idHex },
+            );
+      if (ok.affectedRows === 1) {
+        this.context.waiters.notify(idHex);
+        // The time the statement wrote (or, for a deletion, the server's clock now).
+        const [at] =
+          resolution.outcome === 'completed'
+            ? await this.query<Array<{ resolved_at_us: Numeric }>>(
+                'resolve',
+                this.sql.resolvedAt,
+                { id },
+                { id: idHex },
+              )
+            : [];
+        const resolvedAt =
+          dateOf(at?.resolved_at_us ?? null) ??
+          dateOf(
+            (await this.query<Array<{ now_us: Numeric }>>('resolve', this.sql.now, {}))[0].now_us,
+          )!;
+        return { kind: 'resolved', resolvedAt };
+      }
+      const [now] = await this.query<Array<{ state: RecordState }>>(
+        'resolve',
+        this.sql.stateOf,
+        { id },
+        { id: idHex },
+      );
+      // AMBIGUOUS only since the update looked (a contender just moved it): resolve it now.
+      if (now?.state !== 'AMBIGUOUS') return { kind: 'not-ambiguous', state: now?.state ?? null };
+    }
   }
 
   async purge(limit: number): Promise<number> {
@@ -439,6 +565,14 @@ function toView(row: ViewRow): IdempotencyRecordView {
     fingerprint: row.fingerprint,
   };
   if (row.state === 'COMPLETE' && row.payload) view.payload = row.payload;
+  if (row.state === 'AMBIGUOUS') {
+    view.ambiguousSince = dateOf(row.ambiguous_since_us)!;
+    view.ambiguousReason = row.ambiguous_reason!;
+  }
+  if (row.resolved_by !== null) {
+    view.resolvedBy = row.resolved_by;
+    view.resolvedAt = dateOf(row.resolved_at_us)!;
+  }
   return view;
 }
 

@@ -1,5 +1,5 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { DEFAULT_TABLE } from '../table';
+import { DEFAULT_TABLE, STRICT_MODE_MIGRATION } from '../table';
 import { MysqlTableName, mysqlQualified, quoteMysqlIdent } from './sql';
 
 /**
@@ -20,23 +20,123 @@ import { MysqlTableName, mysqlQualified, quoteMysqlIdent } from './sql';
  * InnoDB is required: acquisition relies on its row locks.
  */
 export function mysqlCreateTableSql(name: MysqlTableName): string[] {
-  return [
-    `CREATE TABLE IF NOT EXISTS ${mysqlQualified(name)} (
+  return [createTable(name, false)];
+}
+
+/** The STATE column's CHECK, as the first migration wrote it and as strict mode widens it. */
+const STATES_BEFORE_STRICT = `'IN_PROGRESS', 'COMPLETE'`;
+const STATES = `'IN_PROGRESS', 'COMPLETE', 'AMBIGUOUS'`;
+const STATE_COLUMN = 'state VARCHAR(11) CHARACTER SET ascii COLLATE ascii_bin NOT NULL';
+
+/** The columns strict mode adds (all NULL but on an AMBIGUOUS record, or one a resolution completed). */
+const STRICT_MODE_COLUMNS: Array<[string, string]> = [
+  ['ambiguous_since', 'DATETIME(6) NULL'],
+  ['ambiguous_reason', 'VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NULL'],
+  ['resolved_by', 'TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL'],
+  ['resolved_at', 'DATETIME(6) NULL'],
+];
+
+/** `strict`: the current shape (AMBIGUOUS and its columns); otherwise the first migration's. */
+function createTable(name: MysqlTableName, strict: boolean): string {
+  const strictColumns = strict
+    ? STRICT_MODE_COLUMNS.map(([column, type]) => `\n      ${column} ${type},`).join('')
+    : '';
+  return `CREATE TABLE IF NOT EXISTS ${mysqlQualified(name)} (
       id BINARY(32) NOT NULL,
       scope MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
       \`key\` MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-      state VARCHAR(11) CHARACTER SET ascii COLLATE ascii_bin NOT NULL CHECK (state IN ('IN_PROGRESS', 'COMPLETE')),
+      ${STATE_COLUMN} CHECK (state IN (${strict ? STATES : STATES_BEFORE_STRICT})),
       lease_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NULL,
       lease_expires_at DATETIME(6) NULL,
       expires_at DATETIME(6) NOT NULL,
       fingerprint TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
       payload LONGBLOB NULL,
       created_at DATETIME(6) NOT NULL,
-      completed_at DATETIME(6) NULL,
+      completed_at DATETIME(6) NULL,${strictColumns}
       PRIMARY KEY (id),
       KEY expires_at_idx (expires_at)
-    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-  ];
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`;
+}
+
+/** The table in its current shape, strict mode included (a fresh `ensureSchema`, `mysqlSchemaSql`). */
+export function mysqlCurrentTableSql(name: MysqlTableName): string[] {
+  return [createTable(name, true)];
+}
+
+/** Runs one statement with `?` parameters and returns its rows (or OK packet). */
+export type MysqlRun = (sql: string, params: unknown[]) => Promise<unknown>;
+
+/**
+ * Strict mode on a table the first migration made: adds the four nullable
+ * columns (in place: MySQL 8 and MariaDB 10.3+ add them without copying the
+ * table) and widens the state CHECK to allow AMBIGUOUS. Reads the catalog
+ * first, so it does only what is missing and a second run does nothing.
+ *
+ * Widening the CHECK rebuilds the table (the server checks every row against
+ * the new constraint), holding writes back while it copies. Where the CHECK
+ * lives differs: MariaDB keeps a column's CHECK with the column (replaced by
+ * MODIFY COLUMN), MySQL 8.0.16+ as a table constraint `<table>_chk_<n>`
+ * (dropped by name, then added again). Older MySQL parses CHECK and ignores it.
+ */
+export async function mysqlStrictModeUpgrade(run: MysqlRun, name: MysqlTableName): Promise<void> {
+  const table = mysqlQualified(name);
+  const rows = async <T>(sql: string, params: unknown[]) => (await run(sql, params)) as T[];
+  const [where] = await rows<{ db: string | null; version: string }>(
+    'SELECT COALESCE(?, DATABASE()) AS db, VERSION() AS version',
+    [name.schema ?? null],
+  );
+  const database = where.db;
+  if (!database) throw new Error(`${table}: the connection has no database`);
+  const present = new Set(
+    (
+      await rows<{ column_name: string }>(
+        `SELECT COLUMN_NAME AS column_name FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
+        [database, name.table],
+      )
+    ).map((row) => row.column_name.toLowerCase()),
+  );
+  if (present.size === 0) throw new Error(`table ${database}.${name.table} does not exist`);
+  const missing = STRICT_MODE_COLUMNS.filter(([column]) => !present.has(column));
+  if (missing.length > 0) {
+    await run(
+      `ALTER TABLE ${table} ${missing.map(([column, type]) => `ADD COLUMN ${column} ${type}`).join(', ')}`,
+      [],
+    );
+  }
+  const mariadb = /mariadb/i.test(where.version);
+  const checks = mariadb
+    ? await rows<{ name: string; clause: string; level: string | null }>(
+        `SELECT CONSTRAINT_NAME AS name, CHECK_CLAUSE AS clause, LEVEL AS level
+         FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?`,
+        [database, name.table],
+      )
+    : await rows<{ name: string; clause: string; level: string | null }>(
+        `SELECT tc.CONSTRAINT_NAME AS name, cc.CHECK_CLAUSE AS clause, 'Table' AS level
+         FROM information_schema.TABLE_CONSTRAINTS tc
+         JOIN information_schema.CHECK_CONSTRAINTS cc
+           ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
+         WHERE tc.TABLE_SCHEMA = ? AND tc.TABLE_NAME = ? AND tc.CONSTRAINT_TYPE = 'CHECK'`,
+        [database, name.table],
+      ).catch(() => []); // before 8.0.16 there is no CHECK_CONSTRAINTS, and no CHECK enforced
+  const narrow = checks.filter(
+    (check) =>
+      /\bstate\b/i.test(check.clause) &&
+      /IN_PROGRESS/.test(check.clause) &&
+      !/AMBIGUOUS/.test(check.clause),
+  );
+  if (narrow.length === 0) return;
+  const changes = narrow.map((check) =>
+    check.level === 'Column'
+      ? null
+      : `DROP ${mariadb ? 'CONSTRAINT' : 'CHECK'} ${quoteMysqlIdent(check.name)}`,
+  );
+  const alter = changes.filter((change): change is string => change !== null);
+  alter.push(
+    changes.includes(null)
+      ? `MODIFY COLUMN ${STATE_COLUMN} CHECK (state IN (${STATES}))`
+      : `ADD CONSTRAINT ${quoteMysqlIdent(`${name.table}_state`.slice(0, 64))} CHECK (state IN (${STATES}))`,
+  );
+  await run(`ALTER TABLE ${table} ${alter.join(', ')}`, []);
 }
 
 export function mysqlDropTableSql(name: MysqlTableName): string[] {
@@ -49,7 +149,7 @@ export function mysqlDropTableSql(name: MysqlTableName): string[] {
  * created in the connection's current database.
  */
 export function mysqlSchemaSql(name: Partial<MysqlTableName> = {}): string[] {
-  return mysqlCreateTableSql({ schema: name.schema, table: name.table ?? DEFAULT_TABLE.table });
+  return mysqlCurrentTableSql({ schema: name.schema, table: name.table ?? DEFAULT_TABLE.table });
 }
 
 /** `CREATE DATABASE IF NOT EXISTS`, for `ensureSchema` with an explicit `schema`. */
@@ -80,6 +180,10 @@ export const MYSQL_EXPECTED_COLUMNS: Record<string, ExpectedColumn> = {
   payload: { type: 'longblob' },
   created_at: { type: 'datetime(6)' },
   completed_at: { type: 'datetime(6)' },
+  ambiguous_since: { type: 'datetime(6)' },
+  ambiguous_reason: { type: 'varchar(16)', ...BYTEWISE },
+  resolved_by: { type: 'text', ...BYTEWISE_UTF8 },
+  resolved_at: { type: 'datetime(6)' },
 };
 
 export interface MysqlColumnRow {
@@ -132,8 +236,12 @@ export function assertMysqlTableShape(
     problems.push(`engine is ${engine}, expected InnoDB`);
   }
   if (problems.length > 0) {
+    const beforeStrict = STRICT_MODE_COLUMNS.every(([column]) => !actual.has(column));
     throw new IdempotencyStoreSchemaError(
-      `table ${where} has the wrong shape: ${problems.join('; ')}`,
+      `table ${where} has the wrong shape: ${problems.join('; ')}` +
+        (beforeStrict
+          ? `; it predates strict mode: run the migration ${STRICT_MODE_MIGRATION} (createIdempotencyMigrations() includes it)`
+          : ''),
     );
   }
 }

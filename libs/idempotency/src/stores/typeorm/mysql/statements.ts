@@ -26,6 +26,25 @@ export interface MysqlStatements {
   acquire: Statement;
   /** Undefined when `acquire` returns the row itself. */
   readBack?: Statement;
+  /**
+   * Strict mode's `acquire` (`onExpiredLease: 'refuse'`): insert, else steal
+   * an expired result, else move an IN_PROGRESS record whose lease ran out to
+   * AMBIGUOUS, else leave the row alone. The move writes this caller's lease
+   * id into `lease_id` as its mark (so the row read back says who moved it);
+   * on an AMBIGUOUS row that id fences nothing and grants nothing, since every
+   * lease statement also asks for IN_PROGRESS. Reads the AMBIGUOUS columns too.
+   */
+  acquireStrict: Statement;
+  readBackStrict?: Statement;
+  /** An AMBIGUOUS record's since and why, after `acquire` (which does not read them) found one. */
+  ambiguousRead: Statement;
+  markAmbiguous: Statement;
+  resolveCompleted: Statement;
+  resolveNotExecuted: Statement;
+  /** After a resolution: when it was resolved (the row's `resolved_at`). */
+  resolvedAt: Statement;
+  stateOf: Statement;
+  now: Statement;
   complete: Statement;
   release: Statement;
   extend: Statement;
@@ -39,8 +58,8 @@ export interface MysqlStatements {
 
 /** ../../../core/decide.ts isStealable, in SQL, on the row as it was. */
 const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW}) OR (state = 'COMPLETE' AND expires_at <= ${NOW}))`;
-/** ../../../core/decide.ts isPurgeable: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
-const PURGEABLE = `(expires_at <= ${NOW} AND (state = 'COMPLETE' OR lease_expires_at <= ${NOW}))`;
+/** ../../../core/decide.ts isPurgeable: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease; AMBIGUOUS never. */
+const PURGEABLE = `(expires_at <= ${NOW} AND (state = 'COMPLETE' OR (state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW})))`;
 
 /** What a look reads: whether this caller holds the record, and what a waiter or a replay needs. */
 const LOOK_COLUMNS = `(lease_id <=> {lease}) AS mine, state, fingerprint, lease_id,
@@ -49,7 +68,11 @@ const LOOK_COLUMNS = `(lease_id <=> {lease}) AS mine, state, fingerprint, lease_
   ${microsLeft('lease_expires_at')} AS lease_left_us,
   ${microsLeft('expires_at')} AS expires_left_us`;
 
-const VIEW_COLUMNS = `scope, \`key\`, state, fingerprint,
+/** What a strict look reads besides: an AMBIGUOUS record's since and why. */
+const AMBIGUOUS_COLUMNS = `${epochMicros('ambiguous_since')} AS ambiguous_since_us, ambiguous_reason`;
+
+const VIEW_COLUMNS = `scope, \`key\`, state, fingerprint, ${AMBIGUOUS_COLUMNS},
+  resolved_by, ${epochMicros('resolved_at')} AS resolved_at_us,
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
   ${epochMicros('lease_expires_at')} AS lease_expires_at_us,
   ${epochMicros('expires_at')} AS expires_at_us,
@@ -86,7 +109,35 @@ export function buildMysqlStatements(
       fingerprint = IF(${stolen}, {fingerprint}, fingerprint),
       payload = IF(${stolen}, NULL, payload),
       created_at = IF(${stolen}, ${NOW}, created_at),
-      completed_at = IF(${stolen}, NULL, completed_at)`;
+      completed_at = IF(${stolen}, NULL, completed_at),
+      resolved_by = IF(${stolen}, NULL, resolved_by),
+      resolved_at = IF(${stolen}, NULL, resolved_at)`;
+  // Strict mode: lease_id first again, now this caller's for an expired result (a steal)
+  // or an expired lease (a move); the state then says which, and the other columns follow.
+  const mine = `lease_id <=> {lease}`;
+  const strictState = options.returning
+    ? `IF(${mine}, IF(state = 'COMPLETE', 'IN_PROGRESS', 'AMBIGUOUS'), state)`
+    : `IF(LAST_INSERT_ID(IF(${mine} AND state = 'COMPLETE', 2, 1)) = 2, 'IN_PROGRESS',
+        IF(${mine}, 'AMBIGUOUS', state))`;
+  const took = `(${mine} AND state = 'IN_PROGRESS')`;
+  const moved = `(${mine} AND state = 'AMBIGUOUS')`;
+  const acquireStrict = `
+    INSERT INTO ${t} (id, scope, \`key\`, state, lease_id, lease_expires_at, expires_at, fingerprint, created_at)
+    VALUES ({id}, {scope}, {key}, ${insertedMarker}, {lease}, ${nowPlusMs('leaseMs')}, ${nowPlusMs('ttlMs')}, {fingerprint}, ${NOW})
+    ON DUPLICATE KEY UPDATE
+      lease_id = IF(${STEALABLE}, {lease}, lease_id),
+      state = ${strictState},
+      lease_expires_at = IF(${took}, ${nowPlusMs('leaseMs')}, IF(${moved}, NULL, lease_expires_at)),
+      expires_at = IF(${took}, ${nowPlusMs('ttlMs')}, expires_at),
+      fingerprint = IF(${took}, {fingerprint}, fingerprint),
+      payload = IF(${took}, NULL, payload),
+      created_at = IF(${took}, ${NOW}, created_at),
+      completed_at = IF(${took}, NULL, completed_at),
+      resolved_by = IF(${took}, NULL, resolved_by),
+      resolved_at = IF(${took}, NULL, resolved_at),
+      ambiguous_since = IF(${moved}, ${NOW}, ambiguous_since),
+      ambiguous_reason = IF(${moved}, 'lease-expired', ambiguous_reason)`;
+  const strictColumns = `${LOOK_COLUMNS}, ${AMBIGUOUS_COLUMNS}`;
   return {
     acquire: statement(
       options.returning ? `${acquire}\n    RETURNING ${LOOK_COLUMNS}` : acquire,
@@ -95,6 +146,36 @@ export function buildMysqlStatements(
     readBack: options.returning
       ? undefined
       : statement(`SELECT ${LOOK_COLUMNS} FROM ${t} WHERE id = {id}`, true),
+    acquireStrict: statement(
+      options.returning ? `${acquireStrict}\n    RETURNING ${strictColumns}` : acquireStrict,
+      true,
+    ),
+    readBackStrict: options.returning
+      ? undefined
+      : statement(`SELECT ${strictColumns} FROM ${t} WHERE id = {id}`, true),
+    ambiguousRead: statement(
+      `SELECT state, fingerprint, ${AMBIGUOUS_COLUMNS} FROM ${t} WHERE id = {id}`,
+      true,
+    ),
+    // Fenced as complete is: only the holder, whether or not its lease ran out.
+    markAmbiguous: statement(
+      `UPDATE ${t} SET state = 'AMBIGUOUS', lease_id = NULL, lease_expires_at = NULL,
+        ambiguous_since = ${NOW}, ambiguous_reason = {reason}
+      WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    resolveCompleted: statement(
+      `UPDATE ${t} SET state = 'COMPLETE', payload = {payload}, completed_at = ${NOW},
+        expires_at = ${nowPlusMs('ttlMs')}, resolved_by = {resolvedBy}, resolved_at = ${NOW},
+        lease_id = NULL, ambiguous_since = NULL, ambiguous_reason = NULL
+      WHERE id = {id} AND state = 'AMBIGUOUS'`,
+    ),
+    resolveNotExecuted: statement(`DELETE FROM ${t} WHERE id = {id} AND state = 'AMBIGUOUS'`),
+    resolvedAt: statement(
+      `SELECT ${epochMicros('resolved_at')} AS resolved_at_us FROM ${t} WHERE id = {id}`,
+    ),
+    stateOf: statement(`SELECT state FROM ${t} WHERE id = {id}`),
+    now: statement(`SELECT ${epochMicros(NOW)} AS now_us`),
     complete: statement(
       `UPDATE ${t} SET state = 'COMPLETE', payload = {payload}, completed_at = ${NOW},
         expires_at = ${nowPlusMs('ttlMs')}, lease_id = NULL, lease_expires_at = NULL

@@ -1,11 +1,14 @@
 import type { QueryRunner } from 'typeorm';
-import { fingerprintsConflict, isStealable } from '../../../core/decide';
+import { becomesAmbiguous, fingerprintsConflict, isStealable } from '../../../core/decide';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type {
   AcquireRequest,
+  AmbiguityReason,
   IdempotencyRecordView,
   ListFilter,
   RecordState,
+  Resolution,
+  ResolveResult,
   StoredPayload,
 } from '../../../core/store';
 import type {
@@ -53,6 +56,19 @@ interface ViewRow {
   fingerprint: string | null;
   payload: Buffer | null;
   lease_expired: boolean;
+  ambiguous_since: Date | null;
+  ambiguous_reason: AmbiguityReason | null;
+  resolved_by: string | null;
+  resolved_at: Date | null;
+}
+
+/** What the strict statements read of an AMBIGUOUS record. */
+interface AmbiguousRow {
+  state?: RecordState;
+  fingerprint: string | null;
+  ambiguous_since: Date;
+  ambiguous_reason?: AmbiguityReason;
+  watched?: boolean;
 }
 
 /**
@@ -73,6 +89,16 @@ interface ViewRow {
  * - IN_PROGRESS and live, for a caller that will wait, not yet `watched`:
  *   `mark` it watched (fenced by the lease id the peek saw), then wait.
  * - otherwise what the peek saw is the answer (a replay, a mismatch, in flight).
+ *
+ * Strict mode (`onExpiredLease: 'refuse'`) changes two branches and adds one,
+ * each a statement of its own, so the default path sends what it always did:
+ *
+ * - an expired lease: `toAmbiguous` instead of `steal`, rechecked under the
+ *   row lock, so exactly one contender moves it (`transitioned`); one that
+ *   updated nothing looks again. It wakes a waiter (NOTIFY when `watched`);
+ * - an expired result: `stealResult`, which never takes an expired lease;
+ * - AMBIGUOUS (for any caller): `ambiguousPeek` reads since when and why,
+ *   which the peek leaves out; nothing is written, whatever the TTL says.
  *
  * Why a waiter never misses the wake-up. complete (and release) notify only
  * when the row they change says `watched`; the waiter's mark and the holder's
@@ -173,7 +199,7 @@ export class PostgresDialect implements Dialect {
   ): Promise<AcquireAttempt> {
     if (request.waitTimeoutMs > 0) await this.listener?.ensure();
     const { id, scope } = record;
-    const { leaseMs, ttlMs, fingerprint } = request;
+    const { leaseMs, ttlMs, fingerprint, onExpiredLease } = request;
     const sql = this.sql;
     // What the first look finds teaches the scope's order; later looks of this
     // attempt know a record was there, and peek.
@@ -216,10 +242,32 @@ export class PostgresDialect implements Dialect {
         if (!row) return (await insert()) ? ACQUIRED : CHANGED;
         const leaseLeftMs = row.lease_left_ms ?? 0;
         const expiresLeftMs = row.expires_left_ms;
-        if (isStealable(row.state, leaseLeftMs, expiresLeftMs)) {
+        if (row.state === 'AMBIGUOUS') {
+          const {
+            rows: [found],
+          } = await this.query<AmbiguousRow>('acquire', sql.ambiguousPeek, [id], () => [
+            record.idHex,
+          ]);
+          // Resolved since the peek: look again.
+          if (found?.state !== 'AMBIGUOUS') return CHANGED;
+          return ambiguousLook(found, false, found.ambiguous_reason!);
+        }
+        if (becomesAmbiguous(row.state, leaseLeftMs, onExpiredLease)) {
+          const {
+            rows: [moved],
+          } = await this.query<AmbiguousRow>('acquire', sql.toAmbiguous, [id], () => [
+            record.idHex,
+          ]);
+          // The holder completed, released or extended since the peek, or another contender
+          // moved it first: look again.
+          if (!moved) return CHANGED;
+          if (moved.watched) await this.notify(record.idHex, 'move to AMBIGUOUS');
+          return ambiguousLook(moved, true, 'lease-expired');
+        }
+        if (isStealable(row.state, leaseLeftMs, expiresLeftMs, onExpiredLease)) {
           const { rowCount } = await this.query(
             'acquire',
-            sql.steal,
+            onExpiredLease === 'refuse' ? sql.stealResult : sql.steal,
             [id, leaseId, leaseMs, ttlMs, fingerprint],
             () => [record.idHex, leaseId, leaseMs, ttlMs, fingerprint],
           );
@@ -294,6 +342,57 @@ export class PostgresDialect implements Dialect {
     if (rows.length === 0) return false;
     if (rows[0].watched) await this.notify(idHex, 'release');
     return true;
+  }
+
+  async markAmbiguous(lease: SqlLease, reason: AmbiguityReason): Promise<boolean> {
+    const { id, idHex, leaseId } = lease;
+    const { rows } = await this.query<{ watched: boolean }>(
+      'markAmbiguous',
+      this.sql.markAmbiguous,
+      [id, leaseId, reason],
+      () => [idHex, leaseId, reason],
+    );
+    if (rows.length === 0) return false;
+    if (rows[0].watched) await this.notify(idHex, 'move to AMBIGUOUS');
+    return true;
+  }
+
+  async resolve(record: RecordRef, resolution: Resolution): Promise<ResolveResult> {
+    const { id, idHex } = record;
+    for (;;) {
+      const { rows } =
+        resolution.outcome === 'completed'
+          ? await this.query<{ resolved_at: Date; watched: boolean }>(
+              'resolve',
+              this.sql.resolveCompleted,
+              [id, resolution.payload, resolution.ttlMs, resolution.resolvedBy],
+              () => [
+                idHex,
+                `<${resolution.payload.length} bytes>`,
+                resolution.ttlMs,
+                resolution.resolvedBy,
+              ],
+            )
+          : await this.query<{ resolved_at: Date; watched: boolean }>(
+              'resolve',
+              this.sql.resolveNotExecuted,
+              [id],
+              () => [idHex],
+            );
+      if (rows.length === 1) {
+        // Nobody waits on an AMBIGUOUS record, unless a look raced the move: wake it anyway.
+        if (rows[0].watched) await this.notify(idHex, 'resolution');
+        else this.context.waiters.notify(idHex);
+        return { kind: 'resolved', resolvedAt: rows[0].resolved_at };
+      }
+      const {
+        rows: [now],
+      } = await this.query<{ state: RecordState }>('resolve', this.sql.stateOf, [id], () => [
+        idHex,
+      ]);
+      // AMBIGUOUS only since the update looked (a contender just moved it): resolve it now.
+      if (now?.state !== 'AMBIGUOUS') return { kind: 'not-ambiguous', state: now?.state ?? null };
+    }
   }
 
   /**
@@ -433,7 +532,37 @@ function toView(row: ViewRow): IdempotencyRecordView {
     fingerprint: row.fingerprint,
   };
   if (row.state === 'COMPLETE' && row.payload) view.payload = row.payload;
+  if (row.state === 'AMBIGUOUS') {
+    view.ambiguousSince = row.ambiguous_since!;
+    view.ambiguousReason = row.ambiguous_reason!;
+  }
+  if (row.resolved_by !== null) {
+    view.resolvedBy = row.resolved_by;
+    view.resolvedAt = row.resolved_at!;
+  }
   return view;
+}
+
+/** An AMBIGUOUS record as a look reports it: no lease, no payload. */
+function ambiguousLook(
+  row: AmbiguousRow,
+  transitioned: boolean,
+  reason: AmbiguityReason,
+): LookResult {
+  return {
+    kind: 'record',
+    record: {
+      state: 'AMBIGUOUS',
+      fingerprint: row.fingerprint,
+      leaseLeftMs: 0,
+      expiresLeftMs: 0,
+      payload: null,
+      completedAt: null,
+      ambiguousSince: row.ambiguous_since,
+      ambiguousReason: reason,
+      transitioned,
+    },
+  };
 }
 
 const none = (): unknown[] => [];

@@ -1,5 +1,5 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { qualified, quoteIdent, TableName } from '../table';
+import { qualified, quoteIdent, STRICT_MODE_MIGRATION, TableName } from '../table';
 
 /**
  * The records table and how it got its shape. Each step is idempotent, so the
@@ -8,7 +8,8 @@ import { qualified, quoteIdent, TableName } from '../table';
  * 1. (0.1) the table, payload as jsonb;
  * 2. (0.2) payload as bytea, holding the encoded bytes a replay hands back
  *    unchanged (0.1's jsonb kept as its text, which the payload codec reads),
- *    and `watched`, set by the first waiter so that only watched records notify.
+ *    and `watched`, set by the first waiter so that only watched records notify;
+ * 3. (0.2, strict mode) the AMBIGUOUS state and its columns (`strictModeTableSql`).
  */
 export function createTableSql(name: TableName): string[] {
   const table = qualified(name);
@@ -47,9 +48,55 @@ export function upgradeTableSql(name: TableName): string[] {
   ];
 }
 
+/**
+ * Step 3, strict mode: the state may be AMBIGUOUS, with since when and why
+ * (`ambiguous_since`, `ambiguous_reason`), and a resolution records who and
+ * when (`resolved_by`, `resolved_at`). Nullable columns without a default:
+ * adding them only changes the catalog, rewriting nothing. The state CHECK is
+ * replaced by one that also allows AMBIGUOUS, added NOT VALID: every existing
+ * row already passed the stricter old one, so nothing needs scanning. The
+ * ALTERs hold ACCESS EXCLUSIVE for a moment; instances of the same release
+ * before this step keep working on the upgraded table.
+ */
+export function strictModeTableSql(name: TableName): string[] {
+  const table = qualified(name);
+  const literal = (text: string) => `'${text.replace(/'/g, "''")}'`;
+  const check = `${name.table}_state_check`;
+  return [
+    `ALTER TABLE ${table}
+      ADD COLUMN IF NOT EXISTS ambiguous_since timestamptz,
+      ADD COLUMN IF NOT EXISTS ambiguous_reason text,
+      ADD COLUMN IF NOT EXISTS resolved_by text,
+      ADD COLUMN IF NOT EXISTS resolved_at timestamptz`,
+    // The old CHECK's name is PostgreSQL's choice (<table>_state_check, shortened for a long
+    // name): find every CHECK on the state column that does not allow AMBIGUOUS yet.
+    `DO $$
+    DECLARE
+      relation oid := to_regclass(${literal(table)});
+      old record;
+      replaced boolean := false;
+    BEGIN
+      FOR old IN
+        SELECT c.conname FROM pg_constraint c
+        JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+        WHERE c.conrelid = relation AND c.contype = 'c' AND a.attname = 'state'
+          AND pg_get_constraintdef(c.oid) NOT LIKE '%AMBIGUOUS%'
+      LOOP
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', relation::regclass, old.conname);
+        replaced := true;
+      END LOOP;
+      IF replaced THEN
+        EXECUTE format(
+          'ALTER TABLE %s ADD CONSTRAINT %I CHECK (state IN (''IN_PROGRESS'', ''COMPLETE'', ''AMBIGUOUS'')) NOT VALID',
+          relation::regclass, left(${literal(check)}, 63));
+      END IF;
+    END $$`,
+  ];
+}
+
 /** Every step, in order: a fresh table, or an older one brought up to date. */
 export function schemaSql(name: TableName): string[] {
-  return [...createTableSql(name), ...upgradeTableSql(name)];
+  return [...createTableSql(name), ...upgradeTableSql(name), ...strictModeTableSql(name)];
 }
 
 export function dropTableSql(name: TableName): string[] {
@@ -70,7 +117,19 @@ export const EXPECTED_COLUMNS: Record<string, string> = {
   watched: 'boolean',
   created_at: 'timestamp with time zone',
   completed_at: 'timestamp with time zone',
+  ambiguous_since: 'timestamp with time zone',
+  ambiguous_reason: 'text',
+  resolved_by: 'text',
+  resolved_at: 'timestamp with time zone',
 };
+
+/** The columns step 3 adds: a table missing only these predates strict mode. */
+export const STRICT_MODE_COLUMNS = [
+  'ambiguous_since',
+  'ambiguous_reason',
+  'resolved_by',
+  'resolved_at',
+];
 
 export interface ColumnRow {
   column_name: string;
@@ -111,11 +170,14 @@ export function assertTableShape(
   }
   if (problems.length > 0) {
     const outdated = actual.get('payload') === 'jsonb' || !actual.has('watched');
+    const beforeStrict = !outdated && STRICT_MODE_COLUMNS.every((c) => !actual.has(c));
     throw new IdempotencyStoreSchemaError(
       `table ${where} has the wrong shape: ${problems.join('; ')}` +
         (outdated
           ? '; it was made by nest-idempotency 0.1: run the upgrade migration (createIdempotencyMigrations() includes it)'
-          : ''),
+          : beforeStrict
+            ? `; it predates strict mode: run the migration ${STRICT_MODE_MIGRATION} (createIdempotencyMigrations() includes it)`
+            : ''),
     );
   }
 }

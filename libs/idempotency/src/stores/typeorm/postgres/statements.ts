@@ -22,6 +22,20 @@ export interface Statements {
   steal: string;
   /** $1 id, $2 the holder's lease id, as the peek saw it. One row marked watched, or none (the holder is gone, or another waiter marked it). */
   mark: string;
+  /** Strict mode's `steal`: $1 to $5 as `steal`. Takes over an expired result only, never an expired lease. */
+  stealResult: string;
+  /** Strict mode: $1 id. An IN_PROGRESS record whose lease ran out becomes AMBIGUOUS; returns it (fingerprint, since, watched), or no row. */
+  toAmbiguous: string;
+  /** $1 id. An AMBIGUOUS record's fingerprint, since when and why (the peek does not read them). */
+  ambiguousPeek: string;
+  /** $1 id, $2 lease id, $3 reason. Returns `watched` of the row moved to AMBIGUOUS, or no row. */
+  markAmbiguous: string;
+  /** $1 id, $2 payload, $3 ttl ms, $4 resolved by. An AMBIGUOUS record becomes COMPLETE; returns `resolved_at`, `watched`, or no row. */
+  resolveCompleted: string;
+  /** $1 id. Deletes an AMBIGUOUS record; returns `resolved_at` (now), `watched`, or no row. */
+  resolveNotExecuted: string;
+  /** $1 id. The state, after a resolve that changed nothing. */
+  stateOf: string;
   /** $1 id, $2 lease id, $3 payload, $4 ttl ms. Returns `watched` of the completed row, or no row. */
   complete: string;
   /** $1 channel, $2 id hex. Sent after a completion or release of a watched record. */
@@ -50,6 +64,10 @@ export const HOT_STATEMENTS = [
   'insert',
   'steal',
   'mark',
+  'stealResult',
+  'toAmbiguous',
+  'ambiguousPeek',
+  'markAmbiguous',
   'complete',
   'notify',
   'release',
@@ -58,18 +76,28 @@ export const HOT_STATEMENTS = [
 
 const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created_at, completed_at, fingerprint,
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
-  (state = 'IN_PROGRESS' AND lease_expires_at <= now()) AS lease_expired`;
+  (state = 'IN_PROGRESS' AND lease_expires_at <= now()) AS lease_expired,
+  ambiguous_since, ambiguous_reason, resolved_by, resolved_at`;
 
-/** ../../../core/decide.ts isStealable, in SQL. */
+/** ../../../core/decide.ts isStealable, in SQL. An AMBIGUOUS record never is. */
 const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= now()) OR (state = 'COMPLETE' AND expires_at <= now()))`;
-/** ../../../core/decide.ts isPurgeable, in SQL: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease. */
-const PURGEABLE = `(expires_at <= now() AND (state = 'COMPLETE' OR lease_expires_at <= now()))`;
+/** isStealable with `onExpiredLease: 'refuse'`: an expired result only. */
+const STEALABLE_STRICT = `(state = 'COMPLETE' AND expires_at <= now())`;
+/**
+ * ../../../core/decide.ts isPurgeable, in SQL: COMPLETE past its TTL; IN_PROGRESS past its TTL
+ * and its lease; AMBIGUOUS never (it has no lease either, so it would not match anyway).
+ */
+const PURGEABLE = `(expires_at <= now() AND (state = 'COMPLETE' OR (state = 'IN_PROGRESS' AND lease_expires_at <= now())))`;
 const ms = (param: string) => `(${param}::double precision * interval '1 millisecond')`;
 /** Milliseconds from the server's now to `column` (negative once past; null for a null column). */
 const leftMs = (column: string) => `date_part('epoch', ${column} - now()) * 1000`;
 
 export function buildStatements(name: TableName): Statements {
   const t = qualified(name);
+  // A new holder starts unwatched, and a result it leaves is its own (no resolution's).
+  const takeOver = `state = 'IN_PROGRESS', lease_id = $2, lease_expires_at = now() + ${ms('$3')},
+        expires_at = now() + ${ms('$4')}, fingerprint = $5, payload = NULL, created_at = now(),
+        completed_at = NULL, watched = false, resolved_by = NULL, resolved_at = NULL`;
   return {
     // The record as it is, with its times relative to the server's clock; the
     // dialect decides (replay, refuse, wait, steal) from this one read.
@@ -85,12 +113,38 @@ export function buildStatements(name: TableName): Statements {
     // The stealable test is rechecked on the newest row version under the row
     // lock (READ COMMITTED re-evaluates the WHERE after waiting on a concurrent
     // writer), so of two callers stealing at once only one takes the record.
-    // A new holder starts unwatched.
-    steal: `
-      UPDATE ${t} SET state = 'IN_PROGRESS', lease_id = $2, lease_expires_at = now() + ${ms('$3')},
-        expires_at = now() + ${ms('$4')}, fingerprint = $5, payload = NULL, created_at = now(),
-        completed_at = NULL, watched = false
-      WHERE id = $1 AND ${STEALABLE}`,
+    steal: `UPDATE ${t} SET ${takeOver} WHERE id = $1 AND ${STEALABLE}`,
+    // Strict mode: the same, for an expired result only. A record that became
+    // IN_PROGRESS again since the peek, and whose lease ran out too, is not taken.
+    stealResult: `UPDATE ${t} SET ${takeOver} WHERE id = $1 AND ${STEALABLE_STRICT}`,
+    // Strict mode: the contender's look that finds the lease run out. Rechecked
+    // under the row lock like `steal`, so of many contenders exactly one moves
+    // it (the others update nothing, look again and find it AMBIGUOUS). No
+    // lease, and no expiry either: purge passes it by, and only a resolution
+    // ends it. `watched` (kept) says whether a waiter is to be told.
+    toAmbiguous: `
+      UPDATE ${t} SET state = 'AMBIGUOUS', lease_id = NULL, lease_expires_at = NULL,
+        ambiguous_since = now(), ambiguous_reason = 'lease-expired'
+      WHERE id = $1 AND state = 'IN_PROGRESS' AND lease_expires_at <= now()
+      RETURNING fingerprint, ambiguous_since, watched`,
+    ambiguousPeek: `
+      SELECT state, fingerprint, ambiguous_since, ambiguous_reason FROM ${t} WHERE id = $1`,
+    // Fenced as `complete` is: only the holder, whether or not its lease ran out.
+    markAmbiguous: `
+      UPDATE ${t} SET state = 'AMBIGUOUS', lease_id = NULL, lease_expires_at = NULL,
+        ambiguous_since = now(), ambiguous_reason = $3
+      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
+      RETURNING watched`,
+    resolveCompleted: `
+      UPDATE ${t} SET state = 'COMPLETE', payload = $2, completed_at = now(),
+        expires_at = now() + ${ms('$3')}, resolved_by = $4, resolved_at = now(),
+        ambiguous_since = NULL, ambiguous_reason = NULL
+      WHERE id = $1 AND state = 'AMBIGUOUS'
+      RETURNING resolved_at, watched`,
+    resolveNotExecuted: `
+      DELETE FROM ${t} WHERE id = $1 AND state = 'AMBIGUOUS'
+      RETURNING now() AS resolved_at, watched`,
+    stateOf: `SELECT state FROM ${t} WHERE id = $1`,
     // Fenced by the lease id the peek saw: marks that holder's record only while
     // its lease is live. See ./dialect.ts for why no wake-up is lost. `NOT watched`:
     // of waiters arriving together only the first writes (the rest, rechecking
