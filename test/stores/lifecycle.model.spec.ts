@@ -164,6 +164,15 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
       () => dataSource.query(`TRUNCATE "${schema}".idempotency_records`),
     );
   }, 120_000);
+
+  it('agrees with the model in strict mode, AMBIGUOUS and resolution included', async () => {
+    await agreeWithModel(
+      'purge',
+      async () => [postgres, await inMemoryUnderTest()],
+      () => dataSource.query(`TRUNCATE "${schema}".idempotency_records`),
+      true,
+    );
+  }, 120_000);
 });
 
 describe('Record lifecycle: in-memory store in strict mode against a reference model', () => {
@@ -203,6 +212,15 @@ describe.runIf(mariadbAvailable())(
         'purge',
         async () => [mariadb],
         () => dataSource.query(`TRUNCATE TABLE \`${table}\``),
+      );
+    }, 120_000);
+
+    it('agrees with the model in strict mode, AMBIGUOUS and resolution included', async () => {
+      await agreeWithModel(
+        'purge',
+        async () => [mariadb],
+        () => dataSource.query(`TRUNCATE TABLE \`${table}\``),
+        true,
       );
     }, 120_000);
   },
