@@ -127,7 +127,7 @@ describe('nest-idempotency errors and exit codes', () => {
       [['list', '--limit', 'ten'], /^error: option '--limit <n>' argument 'ten' is invalid\./],
       [
         ['list', '--state', 'done'],
-        /^error: option '--state <state>' argument 'done' is invalid\. Allowed choices are in-progress, complete\.\n$/,
+        /^error: option '--state <state>' argument 'done' is invalid\. Allowed choices are in-progress, complete, ambiguous\.\n$/,
       ],
       [['list', '--scope'], /^error: option '--scope <scope>' argument missing\n$/],
       [['inspect', 'Orders.place'], /^error: missing required argument 'key'\n$/],

@@ -4,6 +4,7 @@ import { encodeValue, IdempotencyStore, keyDigest, Lease } from 'nest-idempotenc
 import { mysqlSchemaSql, TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { mysqlSnapshot } from '../support/mariadb-harness';
+import { expectResolveOnSql } from './resolve-scenario';
 import {
   dropTable,
   mariadbAvailable,
@@ -232,14 +233,28 @@ describe.runIf(mariadbAvailable())('nest-idempotency on MariaDB (mysql:// and ma
     60_000,
   );
 
-  it('resolve: this store has no strict mode, so nothing to resolve; exit 6, the record untouched', async () => {
-    const before = await mysqlSnapshot(admin, table, SCOPE);
-    const run = await at('mariadb', 'resolve', SCOPE, LAPSED, '--not-executed');
-    expect(expectOneLine(run)).toBe(
-      `error: the store in ${where} does not support strict mode, so it has no AMBIGUOUS records to resolve\n`,
-    );
-    expect(run.code).toBe(6);
-    expect(await mysqlSnapshot(admin, table, SCOPE)).toBe(before);
+  it('resolve: an AMBIGUOUS record becomes COMPLETE (replayed) or is deleted (the next attempt runs), recorded as cli:local', async () => {
+    // A table of its own, so the counts above stay the seeded records'.
+    const strictTable = `${table}_strict`;
+    for (const sql of mysqlSchemaSql({ table: strictTable })) await admin.query(sql);
+    const strict = new TypeOrmIdempotencyStore(admin, { table: strictTable });
+    try {
+      await expectResolveOnSql(
+        strict,
+        (...args) =>
+          cli(['--table', strictTable, ...args], { env: { DATABASE_URL: url('mariadb') } }),
+        `test.${strictTable}`,
+        async (scope, key) => {
+          await admin.query(
+            `UPDATE \`${strictTable}\` SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE scope = ? AND \`key\` = ?`,
+            [scope, key],
+          );
+        },
+      );
+    } finally {
+      await strict.close();
+      await dropTable(admin, strictTable);
+    }
   });
 
   it('verify exits 4 with one line when the login may not create the scratch table', async () => {
