@@ -8,6 +8,15 @@
  *   4. scale   a million-record table; purging a million expired records under traffic
  *   5. memory  the application's memory after many requests
  *
+ * Not run by default, on the machine's servers (skipped, saying how to start
+ * them, when they do not answer): redis-store, redis-http, redis-wake (the
+ * Redis store; `redis` selects all three) and mariadb-floor, mariadb-http (the
+ * MySQL/MariaDB store; `mariadb` selects both); see sections/redis.ts and
+ * sections/mariadb.ts. The embedded PostgreSQL is started only when a selected
+ * section needs it. A run of those sections alone writes
+ * RESULTS-redis-mariadb.md instead of RESULTS.md; BENCH_RESULTS_FILE names
+ * the file in any case.
+ *
  * Starts an embedded PostgreSQL unless IDEMPOTENCY_BENCH_PG_URL names a server
  * (it then works in scratch schemas it drops afterwards). The environment
  * tunables (durations, rounds, sizes) are in bench/sections/context.ts
@@ -32,8 +41,16 @@ import {
   engineWarnings,
   readConfig,
   ResultRow,
+  SectionContext,
   SectionResult,
 } from './sections/context';
+import { mariadbFloorSection, mariadbHttpSection, mariadbServerPids } from './sections/mariadb';
+import {
+  redisHttpSection,
+  redisServerPids,
+  redisStoreSection,
+  redisWakeSection,
+} from './sections/redis';
 import { floorSection } from './sections/floor';
 import { httpSection } from './sections/http';
 import { memorySection } from './sections/memory';
@@ -43,12 +60,31 @@ import { analysisNotes } from './sections/notes';
 
 installDriverCounter();
 
-const SECTIONS: Record<string, (ctx: BenchContext) => Promise<SectionResult>> = {
-  floor: floorSection,
-  http: httpSection,
-  wake: wakeSection,
-  scale: scaleSection,
-  memory: memorySection,
+type Section =
+  | { postgres: true; run: (ctx: BenchContext) => Promise<SectionResult> }
+  | {
+      postgres: false;
+      run: (ctx: SectionContext) => Promise<SectionResult>;
+      /** The server processes the section loads: their CPU is the section's, not other work. */
+      servers: () => Promise<number[]>;
+    };
+
+const onPostgres = (run: (ctx: BenchContext) => Promise<SectionResult>): Section => ({
+  postgres: true,
+  run,
+});
+
+const SECTIONS: Record<string, Section> = {
+  floor: onPostgres(floorSection),
+  http: onPostgres(httpSection),
+  wake: onPostgres(wakeSection),
+  scale: onPostgres(scaleSection),
+  memory: onPostgres(memorySection),
+  'redis-store': { postgres: false, run: redisStoreSection, servers: redisServerPids },
+  'redis-http': { postgres: false, run: redisHttpSection, servers: redisServerPids },
+  'redis-wake': { postgres: false, run: redisWakeSection, servers: redisServerPids },
+  'mariadb-floor': { postgres: false, run: mariadbFloorSection, servers: mariadbServerPids },
+  'mariadb-http': { postgres: false, run: mariadbHttpSection, servers: mariadbServerPids },
 };
 
 async function main(): Promise<void> {
@@ -64,8 +100,9 @@ async function main(): Promise<void> {
   log('sampling the machine load before starting');
   const loadBefore = await sampleLoad();
   log(describeLoad(loadBefore));
-  const server = await startServer();
-  const admin = await openDataSource(server.url, 'idem-bench-admin', 2);
+  const postgres = config.sections.some((name) => SECTIONS[name].postgres);
+  const server = postgres ? await startServer() : undefined;
+  const admin = server ? await openDataSource(server.url, 'idem-bench-admin', 2) : undefined;
   const schemas: string[] = [];
   const results: {
     name: string;
@@ -74,53 +111,90 @@ async function main(): Promise<void> {
     /** Share of all cores used outside the benchmark's process tree meanwhile. */
     other?: number;
   }[] = [];
-  const runStart = cpuSnapshot();
+  // The Redis and MariaDB servers the selected sections load are the machine's own, outside this
+  // process tree: their CPU is counted as the benchmark's, not as other work.
+  const serverPids = [
+    ...new Set(
+      (
+        await Promise.all(
+          config.sections.map((name) => {
+            const section = SECTIONS[name];
+            return section.postgres ? [] : section.servers();
+          }),
+        )
+      ).flat(),
+    ),
+  ];
+  const runStart = cpuSnapshot(serverPids);
   let machine;
   try {
-    machine = describeMachine(await serverVersion(admin), server.describe);
-    const ctx: BenchContext = {
-      url: server.url,
-      external: server.external,
-      config,
-      admin,
-      schema: (prefix) => {
-        const name = `${prefix}_${randomBytes(4).toString('hex')}`;
-        schemas.push(name);
-        return name;
-      },
-      log,
-    };
+    machine = describeMachine(
+      server && admin ? await serverVersion(admin) : 'not used in this run',
+      server?.describe ?? '',
+    );
+    const ctx: BenchContext | undefined =
+      server && admin
+        ? {
+            url: server.url,
+            external: server.external,
+            config,
+            admin,
+            schema: (prefix) => {
+              const name = `${prefix}_${randomBytes(4).toString('hex')}`;
+              schemas.push(name);
+              return name;
+            },
+            log,
+          }
+        : undefined;
     for (const name of config.sections) {
+      const section = SECTIONS[name];
       const t0 = performance.now();
-      const cpu0 = cpuSnapshot();
+      const cpu0 = cpuSnapshot(serverPids);
       log(`section ${name}`);
-      const result = await SECTIONS[name](ctx);
-      const other = otherShare(cpu0, cpuSnapshot());
+      const result = section.postgres
+        ? await section.run(ctx!)
+        : await section.run({ config, log });
+      const other = otherShare(cpu0, cpuSnapshot(serverPids));
       results.push({ name, result, seconds: (performance.now() - t0) / 1000, other });
       if (other !== undefined)
         log(`section ${name} done; other work used ${(other * 100).toFixed(0)}% of the CPU`);
     }
   } finally {
     for (const schema of schemas)
-      await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
-    await admin.destroy().catch(() => undefined);
-    await server.stop();
+      await admin?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
+    await admin?.destroy().catch(() => undefined);
+    await server?.stop();
   }
-  const runOther = otherShare(runStart, cpuSnapshot());
+  const runOther = otherShare(runStart, cpuSnapshot(serverPids));
   const loadAfter = await sampleLoad();
   const pct = (x?: number) => (x === undefined ? 'n/a' : `${(x * 100).toFixed(0)}%`);
   const totalSeconds = (performance.now() - started) / 1000;
   const otherBySection = results.map((r) => `${r.name} ${pct(r.other)}`).join(', ');
 
-  const rows: ResultRow[] = results.flatMap((r) => r.result.rows);
-  const header = ['Section', 'Measurement', 'Result', 'Target', 'Met', 'How'];
-  const cells = rows.map((r) => [r.section, r.measurement, r.result, r.target, r.verdict, r.how]);
-  console.log(consoleTable(['Machine', ''], machineRows(machine)));
+  const rows: (ResultRow & { other?: number })[] = results.flatMap((r) =>
+    r.result.rows.map((row) => ({ ...row, other: r.other })),
+  );
+  const header = ['Section', 'Measurement', 'Result', 'Target', 'Met', 'Other load', 'How'];
+  const cells = rows.map((r) => [
+    r.section,
+    r.measurement,
+    r.result,
+    r.target,
+    r.verdict,
+    pct(r.other),
+    r.how,
+  ]);
+  const machineTable = [
+    ...machineRows(machine).filter((row) => postgres || row[0] !== 'PostgreSQL'),
+    ...[...new Map(results.flatMap((r) => r.result.machine ?? []).map((m) => [m[0], m])).values()],
+  ];
+  console.log(consoleTable(['Machine', ''], machineTable));
   console.log(
     consoleTable(
-      header.slice(0, 5),
-      cells.map((c) => c.slice(0, 5)),
-      [11, 44, 38, 24, 8],
+      header.slice(0, 6),
+      cells.map((c) => c.slice(0, 6)),
+      [11, 44, 38, 16, 8, 7],
     ),
   );
   const missed = rows.filter((r) => r.verdict === 'missed');
@@ -136,7 +210,9 @@ async function main(): Promise<void> {
   console.log(`total run time ${(totalSeconds / 60).toFixed(1)} min`);
 
   const markdown = [
-    '# Benchmark results (`npm run bench`)',
+    postgres
+      ? '# Benchmark results (`npm run bench`)'
+      : `# Benchmark results (\`BENCH_SECTIONS=${config.sections.join(',')} npm run bench\`)`,
     '',
     `Generated on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC; the run took ${(totalSeconds / 60).toFixed(1)} min (${results.map((r) => `${r.name} ${r.seconds.toFixed(0)} s`).join(', ')}).`,
     '',
@@ -145,7 +221,7 @@ async function main(): Promise<void> {
     ...mdTable(
       ['', ''],
       [
-        ...machineRows(machine),
+        ...machineTable,
         ['Load before the run', describeLoad(loadBefore)],
         ['Load after the run', describeLoad(loadAfter)],
         [
@@ -155,7 +231,7 @@ async function main(): Promise<void> {
       ],
     ),
     '',
-    `PostgreSQL, the application processes and the load generator (this process, and autocannon in it) share these ${machine.cores} cores: every figure is CPU-bound and includes the others' work. Compare figures within one run; absolute numbers move by ±10% between runs. "CPU used outside the benchmark" is the machine's busy time (/proc/stat, steal included) minus the CPU time of the benchmark's own process tree (PostgreSQL${server.external ? ' is external here, so it counts as outside' : ''}, the application processes, this process), as a share of all cores: other people's test suites, for one.`,
+    `${[...(postgres ? ['PostgreSQL'] : []), ...machineTable.filter((m) => m[0] === 'Redis' || m[0] === 'MariaDB').map((m) => m[0])].join(', ')}, the application processes and the load generator (this process, and autocannon in it) share these ${machine.cores} cores: every figure is CPU-bound and includes the others' work. Compare figures within one run; absolute numbers move by ±10% between runs. "CPU used outside the benchmark" (the "Other load" column, per section) is the machine's busy time (/proc/stat, steal included) minus the CPU time of the benchmark's own process tree (PostgreSQL${server?.external ? ' is external here, so it counts as outside' : ''}, the application processes, this process)${serverPids.length ? ` and of the Redis and MariaDB server processes the run used (${serverPids.length}; the machine's own servers, so another user's commands on them count as the benchmark's)` : ''}, as a share of all cores: other people's test suites, for one.`,
     '',
     '## Results',
     '',
@@ -164,7 +240,7 @@ async function main(): Promise<void> {
     '## Method',
     '',
     ...results.flatMap((r) => r.result.method.map((m) => `- ${m}`)),
-    '- Round trips are counted in the driver: every `pg` `Client.query` call, attributed to a pool by its connection `application_name`.',
+    '- Round trips are counted in the driver: every `pg` `Client.query` call, attributed to a pool by its connection `application_name`; every command a `mysql2` connection starts (a packet with sequence id 0), by its `connectAttributes.program_name`; every `sendCommand` of a node-redis client, by the client (bench/lib/driver-count.ts).',
     `- Every comparison alternates its variants (A/B/A/B…) so a drifting machine does not land on one side; medians are of the per-run figures.${engineWarnings.count ? ` The engine logged ${engineWarnings.count} warnings during the run.` : ''}`,
     '',
     '## Notes',
@@ -175,7 +251,10 @@ async function main(): Promise<void> {
     ).map((n) => `- ${n}`),
     '',
   ].join('\n');
-  const out = resultsPath('RESULTS.md');
+  // A partial run on Redis and MariaDB alone must not replace RESULTS.md.
+  const out = resultsPath(
+    process.env.BENCH_RESULTS_FILE || (postgres ? 'RESULTS.md' : 'RESULTS-redis-mariadb.md'),
+  );
   await writeMarkdown(out, markdown);
   console.log(`written to ${out}`);
 }

@@ -1,7 +1,10 @@
 // The application under test for `npm run bench:http` and `npm run bench`, in its own process.
 // BENCH_CACHE_MAX_ENTRIES=n turns on the module's local replay cache (cache: { maxEntries: n }).
 // BENCH_STORE=memory uses the in-memory store (no database); default: TypeOrmIdempotencyStore.
-// IPC: { type: 'rss' } answers { rss }; { type: 'cpu' } answers { cpuMicros } (user + system); { type: 'memory' } forces a full GC first when the
+// BENCH_STORE=mariadb: TypeOrmIdempotencyStore on a `mariadb` DataSource at DATABASE_URL, table BENCH_SCHEMA;
+// BENCH_STORE=redis: RedisIdempotencyStore on the server at DATABASE_URL, key prefix BENCH_SCHEMA.
+// IPC: { type: 'trips' } answers { roundTrips } (the store's, counted in the driver: bench/lib/driver-count.ts);
+// { type: 'rss' } answers { rss }; { type: 'cpu' } answers { cpuMicros } (user + system); { type: 'memory' } forces a full GC first when the
 // process runs with --expose-gc and answers { memory: process.memoryUsage(), gc }.
 import 'reflect-metadata';
 import {
@@ -25,8 +28,16 @@ import {
   IdempotencyModule,
   InMemoryIdempotencyStore,
 } from 'nest-idempotency';
+import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { createClient } from 'redis';
 import { DataSource } from 'typeorm';
+import {
+  allQueries,
+  countRedis,
+  installDriverCounter,
+  installMysqlCounter,
+} from '../lib/driver-count';
 
 /** Does nothing: what Nest's interceptor machinery alone costs a route (a diagnostic baseline). */
 @Injectable()
@@ -61,14 +72,31 @@ class BenchController {
 
 async function main() {
   let dataSource: DataSource | undefined;
+  let redis: ReturnType<typeof createClient> | undefined;
   let store: IdempotencyStore;
+  const poolSize = Number(process.env.POOL_SIZE ?? 32);
   if (process.env.BENCH_STORE === 'memory') {
     store = new InMemoryIdempotencyStore();
+  } else if (process.env.BENCH_STORE === 'redis') {
+    // One client, as an application shares its own (node-redis pipelines every command on it).
+    redis = countRedis(createClient({ url: process.env.DATABASE_URL }), 'store');
+    await redis.connect();
+    store = new RedisIdempotencyStore(redis, { keyPrefix: process.env.BENCH_SCHEMA });
+  } else if (process.env.BENCH_STORE === 'mariadb') {
+    installMysqlCounter();
+    dataSource = await new DataSource({
+      type: 'mariadb',
+      url: process.env.DATABASE_URL,
+      poolSize,
+      extra: { maxIdle: poolSize, idleTimeout: 3_600_000 },
+    }).initialize();
+    store = new TypeOrmIdempotencyStore(dataSource, { table: process.env.BENCH_SCHEMA });
   } else {
+    installDriverCounter();
     dataSource = await new DataSource({
       type: 'postgres',
       url: process.env.DATABASE_URL,
-      extra: { max: Number(process.env.POOL_SIZE ?? 32) },
+      extra: { max: poolSize },
     }).initialize();
     store = new TypeOrmIdempotencyStore(dataSource, { schema: process.env.BENCH_SCHEMA });
   }
@@ -91,6 +119,7 @@ async function main() {
   process.send?.({ port });
   process.on('message', (message: { type?: string }) => {
     if (message?.type === 'rss') process.send?.({ rss: process.memoryUsage().rss });
+    if (message?.type === 'trips') process.send?.({ roundTrips: allQueries() });
     // CPU time this process has used (user + system, µs): the per-request cost whatever the load generator gets.
     if (message?.type === 'cpu') {
       const { user, system } = process.cpuUsage();
@@ -110,6 +139,7 @@ async function main() {
       void app
         .close()
         .then(() => dataSource?.destroy())
+        .then(() => redis?.close())
         .then(() => process.exit(0)),
   );
 }

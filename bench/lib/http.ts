@@ -90,15 +90,25 @@ export interface AppProcess {
   url: string;
   /** CPU time (user + system, µs) the process has used so far. */
   cpuMicros(): Promise<number>;
+  /** The store's round trips so far, counted in the process's driver (bench/lib/driver-count.ts). */
+  roundTrips(): Promise<number>;
   /** Sends `{ type }` over IPC and resolves with the first answer carrying `field`. */
   ask<T>(type: string, field: string): Promise<T>;
   stop(): Promise<void>;
 }
 
+/** The store of an application process that has one (every process but the in-memory one). */
+export type DatabaseStore = 'postgres' | 'redis' | 'mariadb';
+
 export interface AppOptions {
   adapter: Adapter;
-  /** Default `postgres`: TypeOrmIdempotencyStore on `databaseUrl`; `memory`: InMemoryIdempotencyStore. */
-  store?: 'postgres' | 'memory';
+  /**
+   * Default `postgres`: TypeOrmIdempotencyStore on `databaseUrl` (schema
+   * `schema`); `mariadb`: the same store on a `mariadb` DataSource at
+   * `databaseUrl` (table `schema`); `redis`: RedisIdempotencyStore on the
+   * server at `databaseUrl` (key prefix `schema`); `memory`: InMemoryIdempotencyStore.
+   */
+  store?: DatabaseStore | 'memory';
   databaseUrl: string;
   schema: string;
   poolSize?: number;
@@ -149,6 +159,7 @@ export async function startApp(options: AppOptions): Promise<AppProcess> {
     url: `http://127.0.0.1:${message.port}`,
     ask,
     cpuMicros: async () => (await ask<{ cpuMicros: number }>('cpu', 'cpuMicros')).cpuMicros,
+    roundTrips: async () => (await ask<{ roundTrips: number }>('trips', 'roundTrips')).roundTrips,
     stop: async () => {
       if (child.exitCode !== null) return;
       const exit = once(child, 'exit');
@@ -278,12 +289,16 @@ export interface HttpRow {
   cpuRatio: number;
   /** Median req/s divided by the first process's undecorated median instead. */
   ratioToFirst: number;
+  /** The store's round trips per request (counted in the application's driver): the rounds' range. */
+  roundTrips: number[];
   failures: number;
   runs: number[];
 }
 
 export interface HttpComparisonOptions {
   adapter: Adapter;
+  /** The store of the processes that are not the in-memory one (default `postgres`); see AppOptions. */
+  store?: DatabaseStore;
   databaseUrl: string;
   schema: string;
   rounds: number;
@@ -319,7 +334,7 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
     for (const kind of kinds) {
       apps[kind] = await startApp({
         ...common,
-        store: kind === 'memory' ? 'memory' : 'postgres',
+        store: kind === 'memory' ? 'memory' : (options.store ?? 'postgres'),
         cacheMaxEntries: kind === 'cache' ? options.cacheMaxEntries : 0,
       });
     }
@@ -342,10 +357,12 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
           w,
           async () => {
             const app = appOf(w);
-            const before = await app.cpuMicros();
+            const [before, tripsBefore] = [await app.cpuMicros(), await app.roundTrips()];
             const sample = await runLoad(app.url, w, loadOf(w, options.seconds));
             const cpu = (await app.cpuMicros()) - before;
-            return { ...sample, cpuPerRequest: cpu / Math.max(1, sample.requests) };
+            const trips = (await app.roundTrips()) - tripsBefore;
+            const requests = Math.max(1, sample.requests);
+            return { ...sample, cpuPerRequest: cpu / requests, tripsPerRequest: trips / requests };
           },
         ]),
       ),
@@ -383,6 +400,7 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
         cpuMicros: median(s.map((x) => x.cpuPerRequest)),
         cpuRatio: cpu.median,
         ratioToFirst: rps / base,
+        roundTrips: s.map((x) => x.tripsPerRequest),
         failures: s.reduce((n, x) => n + x.errors + x.non2xx, 0),
         runs: s.map((x) => x.rps),
       };

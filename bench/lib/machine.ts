@@ -98,18 +98,19 @@ function processTicks(): Map<number, { ppid: number; ticks: number }> {
 
 /**
  * Where the CPU went: the machine's busy ticks and this process tree's
- * (PostgreSQL, the application processes and autocannon included). The
+ * (PostgreSQL, the application processes and autocannon included), with the
+ * trees of `alsoMine` (servers outside it that the benchmark loads). The
  * difference between two snapshots is other people's work. Undefined where
  * /proc is not there.
  */
-export function cpuSnapshot(): CpuSnapshot | undefined {
+export function cpuSnapshot(alsoMine: number[] = []): CpuSnapshot | undefined {
   const machine = cpuTimes();
   if (!machine) return undefined;
   const table = processTicks();
   const children = new Map<number, number[]>();
   for (const [pid, { ppid }] of table) children.set(ppid, [...(children.get(ppid) ?? []), pid]);
   let mine = 0;
-  const stack = [process.pid];
+  const stack = [process.pid, ...alsoMine.filter((pid) => pid !== process.pid)];
   while (stack.length > 0) {
     const pid = stack.pop()!;
     mine += table.get(pid)?.ticks ?? 0;

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import { encodeValue, IdempotencyEngine, parseDuration } from 'nest-idempotency';
@@ -94,7 +95,10 @@ export async function wakeTrial(setup: WakeSetup, key: string): Promise<WakeTria
  * when the duplicate's execute() resolves with the replay.
  */
 export async function wakeAfterActionTrial(
-  setup: WakeSetup & { holderEngine: IdempotencyEngine; actionMs: number },
+  setup: Omit<WakeSetup, 'holderStore' | 'waiterPool'> & {
+    holderEngine: IdempotencyEngine;
+    actionMs: number;
+  },
   key: string,
 ): Promise<WakeTrial> {
   const { scope, holderEngine, holderApp, waiterEngine, waiterApp, actionMs } = setup;
@@ -138,4 +142,30 @@ export async function wakeAfterActionTrial(
     waiterRoundTrips: queriesOf(waiterApp) - waiterQueriesBefore - completeQueries,
     watched: await setup.watchedOf?.(scope, key),
   };
+}
+
+export type WakeAfterActionSetup = Parameters<typeof wakeAfterActionTrial>[0];
+
+/**
+ * Three warm-up trials per placement, then `trials` per placement, the
+ * duplicate on the holder's instance and on another in turn, one at a time.
+ */
+export async function alternatingWakeTrials(
+  placements: { same: WakeAfterActionSetup; other: WakeAfterActionSetup },
+  trials: number,
+  log: (line: string) => void,
+): Promise<Record<'same' | 'other', WakeTrial[]>> {
+  const run = randomBytes(3).toString('hex');
+  log('warm-up');
+  for (let t = 0; t < 3; t++) {
+    await wakeAfterActionTrial(placements.same, `${run}-warm-a-${t}`);
+    await wakeAfterActionTrial(placements.other, `${run}-warm-b-${t}`);
+  }
+  const out: Record<'same' | 'other', WakeTrial[]> = { same: [], other: [] };
+  for (let t = 0; t < trials; t++) {
+    if (t % 20 === 0) log(`trials ${t + 1}–${Math.min(t + 20, trials)}`);
+    out.same.push(await wakeAfterActionTrial(placements.same, `${run}-a-${t}`));
+    out.other.push(await wakeAfterActionTrial(placements.other, `${run}-b-${t}`));
+  }
+  return out;
 }

@@ -30,25 +30,43 @@ export function readConfig() {
     memoryWorkload: (process.env.BENCH_MEMORY_WORKLOAD ?? 'mixed') as
       'mixed' | 'replay' | 'fresh keys',
     memoryAdapter: (process.env.BENCH_MEMORY_ADAPTER ?? 'express') as 'express' | 'fastify',
-    sections: (process.env.BENCH_SECTIONS ?? 'floor,http,wake,scale,memory')
-      .split(',')
-      .map((s) => s.trim())
-      .filter(Boolean),
+    /** Store sections (redis-*, mariadb-*): also run the in-memory process in their HTTP comparison. */
+    storeHttpMemory: envNumber('BENCH_STORE_HTTP_MEMORY', 1) !== 0,
+    sections: expandSections(process.env.BENCH_SECTIONS ?? 'floor,http,wake,scale,memory'),
   };
+}
+
+/** What `redis` and `mariadb` stand for in BENCH_SECTIONS: every section of that store. */
+export const SECTION_GROUPS: Record<string, string[]> = {
+  redis: ['redis-store', 'redis-http', 'redis-wake'],
+  mariadb: ['mariadb-floor', 'mariadb-http'],
+};
+
+function expandSections(list: string): string[] {
+  const names = list
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .flatMap((s) => SECTION_GROUPS[s] ?? [s]);
+  return [...new Set(names)];
 }
 
 export type BenchConfig = ReturnType<typeof readConfig>;
 
-export interface BenchContext {
+/** What every section gets; the PostgreSQL sections get a BenchContext. */
+export interface SectionContext {
+  config: BenchConfig;
+  log(line: string): void;
+}
+
+export interface BenchContext extends SectionContext {
   url: string;
   /** The server is not the embedded one this process started (IDEMPOTENCY_BENCH_PG_URL). */
   external: boolean;
-  config: BenchConfig;
   /** Connections for setup and clean-up (not measured). */
   admin: DataSource;
   /** A fresh schema name, dropped at the end of the run. */
   schema(prefix: string): string;
-  log(line: string): void;
 }
 
 export type Verdict = 'met' | 'missed' | '';
@@ -68,6 +86,29 @@ export interface SectionResult {
   method: string[];
   /** Observations worth a reader's attention (findings, caveats). */
   notes: string[];
+  /** Rows for the Machine table: the servers the section ran against (Redis, MariaDB). */
+  machine?: string[][];
+}
+
+/**
+ * A section whose server does not answer: one row that says so and how to
+ * start it; the run goes on.
+ */
+export function skipped(section: string, what: string, reason: string, howToStart: string) {
+  return {
+    rows: [
+      {
+        section,
+        measurement: `${what}: skipped`,
+        result: `skipped: unreachable (${reason})`,
+        target: '',
+        verdict: '' as const,
+        how: howToStart,
+      },
+    ],
+    method: [],
+    notes: [`${section} was skipped: ${what} did not answer (${reason}); ${howToStart}.`],
+  };
 }
 
 export const verdict = (met: boolean): Verdict => (met ? 'met' : 'missed');

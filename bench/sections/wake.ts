@@ -3,13 +3,12 @@
  * `wakeActionMs`; from the action's end (the holder then completes the record)
  * to the duplicate's answer.
  */
-import { randomBytes } from 'node:crypto';
 import { IdempotencyEngine } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { qualified, recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
 import { openDataSource, poolOf } from '../lib/postgres';
 import { fmtMs, fmtP50P99, fmtRange, percentile } from '../lib/stats';
-import { WakeTrial, wakeAfterActionTrial } from '../lib/wake';
+import { alternatingWakeTrials, WakeTrial } from '../lib/wake';
 import { BenchContext, countingLogger, quietLogger, SCOPE, SectionResult } from './context';
 
 const APP_A = 'idem-bench-wake-a';
@@ -50,18 +49,9 @@ export async function wakeSection(ctx: BenchContext): Promise<SectionResult> {
     };
     const same = { ...holder, waiterEngine: engineA, waiterApp: APP_A, waiterPool: poolOf(a) };
     const other = { ...holder, waiterEngine: engineB, waiterApp: APP_B, waiterPool: poolOf(b) };
-    const run = randomBytes(3).toString('hex');
-    ctx.log(`wake: warm-up`);
-    for (let t = 0; t < 3; t++) {
-      await wakeAfterActionTrial(same, `${run}-warm-a-${t}`);
-      await wakeAfterActionTrial(other, `${run}-warm-b-${t}`);
-    }
-    const trials: Record<'same' | 'other', WakeTrial[]> = { same: [], other: [] };
-    for (let t = 0; t < config.wakeTrials; t++) {
-      if (t % 20 === 0) ctx.log(`wake: trials ${t + 1}–${Math.min(t + 20, config.wakeTrials)}`);
-      trials.same.push(await wakeAfterActionTrial(same, `${run}-a-${t}`));
-      trials.other.push(await wakeAfterActionTrial(other, `${run}-b-${t}`));
-    }
+    const trials = await alternatingWakeTrials({ same, other }, config.wakeTrials, (line) =>
+      ctx.log(`wake: ${line}`),
+    );
     const row = (label: string, xs: WakeTrial[]) => ({
       section: '3. Wake',
       measurement: label,

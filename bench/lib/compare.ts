@@ -1,0 +1,58 @@
+/**
+ * Closed-loop comparisons of store variants against an external server
+ * (Redis, MariaDB): each run's rate, round trips per operation (counted in
+ * the driver under the run's name) and CPU per operation, split between this
+ * process and the server's process; variants alternate round by round.
+ */
+import { CpuSplit, withCpu } from './cpu';
+import { fmtRange, median, pairedRatios } from './stats';
+import { alternate, measure, Throughput } from './throughput';
+
+export type Run = Throughput & { cpu: CpuSplit };
+
+export type Operation = (caller: number, i: number) => Promise<void>;
+
+/** One closed-loop run; `serverPids` are the processes whose CPU is the server's (backendsUs). */
+export async function timedRun(
+  options: { seconds: number; concurrency: number; app: string },
+  operation: Operation,
+  serverPids?: () => Promise<number[]>,
+): Promise<Run> {
+  const { value, cpu } = await withCpu(() => measure(options, operation), serverPids);
+  return { ...value, cpu };
+}
+
+/** A warm-up of every variant, then `rounds` alternating rounds; each variant's runs in order. */
+export async function warmAndAlternate<V extends string>(
+  rounds: number,
+  variants: Record<V, () => Promise<Run>>,
+  warm: Record<V, () => Promise<Run>>,
+  log: (round: number, name: string) => void,
+): Promise<Record<V, Run[]>> {
+  for (const v of Object.keys(warm) as V[]) await warm[v]();
+  return (await alternate(rounds, variants, log)) as Record<V, Run[]>;
+}
+
+export const rateOf = (xs: Run[]) => median(xs.map((x) => x.perSecond));
+export const runsOf = (xs: Run[]) => xs.map((x) => x.perSecond.toFixed(0)).join(' / ');
+export const ratiosOf = (a: Run[], b: Run[]) =>
+  pairedRatios(
+    a.map((x) => x.perSecond),
+    b.map((x) => x.perSecond),
+  );
+export const tripsOf = (xs: Run[]) => fmtRange(xs.map((x) => x.roundTrips));
+/** True when every run made exactly `n` round trips per operation (to 0.005). */
+export const tripsAre = (xs: Run[], n: number) =>
+  xs.every((x) => Math.abs(x.roundTrips - n) < 0.005);
+
+/** CPU per operation, medians of the runs: this process (`node`) and the server (`server`). */
+export function cpuPerOp(xs: Run[]): { node: number; server?: number } {
+  const server = xs.every((x) => x.cpu.backendsUs !== undefined)
+    ? median(xs.map((x) => x.cpu.backendsUs! / x.operations))
+    : undefined;
+  return { node: median(xs.map((x) => x.cpu.nodeUs / x.operations)), server };
+}
+
+export const us = (x?: number) => (x === undefined ? '?' : `${x.toFixed(0)} µs`);
+export const ratioText = (r: { median: number; each: number[] }) =>
+  `${r.median.toFixed(2)} (rounds ${r.each.map((x) => x.toFixed(2)).join(' / ')})`;
