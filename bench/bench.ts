@@ -173,8 +173,9 @@ async function main(): Promise<void> {
   const otherBySection = results.map((r) => `${r.name} ${pct(r.other)}`).join(', ');
 
   const rows: (ResultRow & { other?: number })[] = results.flatMap((r) =>
-    r.result.rows.map((row) => ({ ...row, other: r.other })),
+    r.result.rows.map((row) => ({ ...row, other: r.result.skipped ? undefined : r.other })),
   );
+  const skippedSections = results.filter((r) => r.result.skipped).map((r) => r.name);
   const header = ['Section', 'Measurement', 'Result', 'Target', 'Met', 'Other load', 'How'];
   const cells = rows.map((r) => [
     r.section,
@@ -201,8 +202,10 @@ async function main(): Promise<void> {
   console.log(
     missed.length
       ? `targets missed: ${missed.map((r) => `${r.section} ${r.measurement}`).join('; ')}`
-      : 'every target met',
+      : `every target met${skippedSections.length ? ' among the sections that ran' : ''}`,
   );
+  if (skippedSections.length)
+    console.log(`sections skipped (server unreachable): ${skippedSections.join(', ')}`);
   console.log(
     `CPU used outside the benchmark during the run: ${pct(runOther)} (${otherBySection})`,
   );

@@ -88,14 +88,22 @@ export interface SectionResult {
   notes: string[];
   /** Rows for the Machine table: the servers the section ran against (Redis, MariaDB). */
   machine?: string[][];
+  /** The section did not run (its server did not answer). */
+  skipped?: boolean;
 }
 
 /**
  * A section whose server does not answer: one row that says so and how to
  * start it; the run goes on.
  */
-export function skipped(section: string, what: string, reason: string, howToStart: string) {
+export function skipped(
+  section: string,
+  what: string,
+  reason: string,
+  howToStart: string,
+): SectionResult {
   return {
+    skipped: true,
     rows: [
       {
         section,
