@@ -251,7 +251,7 @@ describe('strict mode (onExpiredLease: refuse) in the engine', () => {
       engine.policy({ scope: SCOPE, onExpiredLease: 'refuse' }, 'Payments.charge'),
     ).toThrow(
       new IdempotencyConfigError(
-        "Payments.charge: onExpiredLease: 'refuse' (strict mode) needs a store that supports it (store.strictMode: the in-memory and Redis stores); this store does not",
+        "Payments.charge: onExpiredLease: 'refuse' (strict mode) needs a store that supports it (store.strictMode: the in-memory, Redis and TypeORM stores); this store does not",
       ),
     );
     expect(() =>

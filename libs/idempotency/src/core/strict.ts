@@ -21,7 +21,7 @@ export const RECONCILE_RESOLVER = 'reconcile';
 export function assertStrictModeSupported(policy: ExecutionPolicy, store: IdempotencyStore): void {
   if (policy.strict && !store.strictMode) {
     throw new IdempotencyConfigError(
-      `${policy.where}: onExpiredLease: 'refuse' (strict mode) needs a store that supports it (store.strictMode: the in-memory and Redis stores); this store does not`,
+      `${policy.where}: onExpiredLease: 'refuse' (strict mode) needs a store that supports it (store.strictMode: the in-memory, Redis and TypeORM stores); this store does not`,
     );
   }
 }

@@ -30,7 +30,7 @@ function dialectOf(queryRunner: QueryRunner): 'postgres' | 'mysql' {
  * Each writes the DDL of the database it runs on. On PostgreSQL, a database
  * migrated by 0.1 has run the first already; the second brings its table up
  * to date in place, keeping every record. On MySQL and MariaDB the first
- * creates the table in its current shape, and the second has nothing to do
+ * creates the table as it was before strict mode, and the second has nothing to do
  * (it is there so that one list of migrations serves every database). There,
  * `schema` is the database, by default the DataSource's.
  *

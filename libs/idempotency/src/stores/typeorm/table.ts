@@ -12,6 +12,10 @@ export const DEFAULT_TABLE: TableName = { schema: 'public', table: 'idempotency_
 /** The migration that adds strict mode's state and columns (./migration.ts), named by the schema checks. */
 export const STRICT_MODE_MIGRATION = 'AddIdempotencyAmbiguousState1764633600000';
 
+/** Ends the schema check's message for a table the first two migrations made (written out whole: docs/troubleshooting.md quotes it). */
+export const PREDATES_STRICT_MODE =
+  '; it predates strict mode: run the migration AddIdempotencyAmbiguousState1764633600000 (createIdempotencyMigrations() includes it)';
+
 export function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }

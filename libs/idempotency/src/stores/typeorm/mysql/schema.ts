@@ -1,5 +1,5 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { DEFAULT_TABLE, STRICT_MODE_MIGRATION } from '../table';
+import { DEFAULT_TABLE, PREDATES_STRICT_MODE } from '../table';
 import { MysqlTableName, mysqlQualified, quoteMysqlIdent } from './sql';
 
 /**
@@ -239,9 +239,7 @@ export function assertMysqlTableShape(
     const beforeStrict = STRICT_MODE_COLUMNS.every(([column]) => !actual.has(column));
     throw new IdempotencyStoreSchemaError(
       `table ${where} has the wrong shape: ${problems.join('; ')}` +
-        (beforeStrict
-          ? `; it predates strict mode: run the migration ${STRICT_MODE_MIGRATION} (createIdempotencyMigrations() includes it)`
-          : ''),
+        (beforeStrict ? PREDATES_STRICT_MODE : ''),
     );
   }
 }

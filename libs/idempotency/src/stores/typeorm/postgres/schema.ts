@@ -1,5 +1,5 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { qualified, quoteIdent, STRICT_MODE_MIGRATION, TableName } from '../table';
+import { qualified, quoteIdent, PREDATES_STRICT_MODE, TableName } from '../table';
 
 /**
  * The records table and how it got its shape. Each step is idempotent, so the
@@ -176,7 +176,7 @@ export function assertTableShape(
         (outdated
           ? '; it was made by nest-idempotency 0.1: run the upgrade migration (createIdempotencyMigrations() includes it)'
           : beforeStrict
-            ? `; it predates strict mode: run the migration ${STRICT_MODE_MIGRATION} (createIdempotencyMigrations() includes it)`
+            ? PREDATES_STRICT_MODE
             : ''),
     );
   }
