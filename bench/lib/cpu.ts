@@ -50,6 +50,15 @@ function ticksOfAll(pids: number[]): Map<number, number> {
   return out;
 }
 
+/** CPU microseconds the processes `pids` have used so far (utime + stime); undefined if none can be read. */
+export function cpuUsOf(pids: number[]): number | undefined {
+  const ticks = ticksOfAll(pids);
+  if (ticks.size === 0) return undefined;
+  let sum = 0;
+  for (const t of ticks.values()) sum += t;
+  return sum * TICK_US;
+}
+
 /**
  * Runs `fn` and splits the CPU it cost between this process, its descendants,
  * and (with `backends`, which lists the PIDs of the backends serving the

@@ -3,6 +3,7 @@ import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
+import { cpuUsOf } from './cpu';
 import { alternate } from './throughput';
 import { median, pairedRatios } from './stats';
 
@@ -291,6 +292,8 @@ export interface HttpRow {
   ratioToFirst: number;
   /** The store's round trips per request (counted in the application's driver): the rounds' range. */
   roundTrips: number[];
+  /** The store's server CPU per request (µs; `serverPids` of the comparison), median over the rounds. */
+  serverMicros?: number;
   failures: number;
   runs: number[];
 }
@@ -305,6 +308,8 @@ export interface HttpComparisonOptions {
   seconds: number;
   connections: number;
   cacheMaxEntries: number;
+  /** The store server's processes (Redis, MariaDB on this machine): their CPU per request is reported. */
+  serverPids?: number[];
   /** Workloads to run (default all); each needs its process's undecorated baseline, added if missing. */
   workloads?: HttpWorkload[];
   log?: (line: string) => void;
@@ -358,11 +363,21 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
           async () => {
             const app = appOf(w);
             const [before, tripsBefore] = [await app.cpuMicros(), await app.roundTrips()];
+            const server0 = cpuUsOf(options.serverPids ?? []);
             const sample = await runLoad(app.url, w, loadOf(w, options.seconds));
+            const server1 = cpuUsOf(options.serverPids ?? []);
             const cpu = (await app.cpuMicros()) - before;
             const trips = (await app.roundTrips()) - tripsBefore;
             const requests = Math.max(1, sample.requests);
-            return { ...sample, cpuPerRequest: cpu / requests, tripsPerRequest: trips / requests };
+            return {
+              ...sample,
+              cpuPerRequest: cpu / requests,
+              tripsPerRequest: trips / requests,
+              serverPerRequest:
+                server0 === undefined || server1 === undefined
+                  ? undefined
+                  : (server1 - server0) / requests,
+            };
           },
         ]),
       ),
@@ -401,6 +416,9 @@ export async function compareHttp(options: HttpComparisonOptions): Promise<HttpR
         cpuRatio: cpu.median,
         ratioToFirst: rps / base,
         roundTrips: s.map((x) => x.tripsPerRequest),
+        serverMicros: s.every((x) => x.serverPerRequest !== undefined)
+          ? median(s.map((x) => x.serverPerRequest!))
+          : undefined,
         failures: s.reduce((n, x) => n + x.errors + x.non2xx, 0),
         runs: s.map((x) => x.rps),
       };

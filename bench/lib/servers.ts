@@ -39,7 +39,7 @@ export async function connectRedis(url = REDIS_URL): Promise<RedisClient> {
 
 /** A key prefix of this run's own; `deleteRedisPrefix` removes every key under it. */
 export const scratchPrefix = (name: string) =>
-  `idem-bench:${name}:${randomBytes(4).toString('hex')}:`;
+  `idem-bench:${name.toLowerCase().replace(/[^a-z0-9]+/g, '-')}:${randomBytes(4).toString('hex')}:`;
 
 export async function deleteRedisPrefix(client: RedisClient, prefix: string): Promise<number> {
   const pattern = `${prefix.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}*`;

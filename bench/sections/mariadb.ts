@@ -403,7 +403,7 @@ function mariadbFloorResult(
 
 export async function mariadbHttpSection(ctx: SectionContext): Promise<SectionResult> {
   const section = 'MariaDB HTTP';
-  return withMariadb(ctx, section, async (_admin, table) => {
+  return withMariadb(ctx, section, async (_admin, table, pid) => {
     // The table, made once here; the application's store checks it at init().
     const setupSource = await openMysqlDataSource('idem-bench-maria-setup', 2);
     try {
@@ -419,6 +419,7 @@ export async function mariadbHttpSection(ctx: SectionContext): Promise<SectionRe
       url: MYSQL_URL,
       schema: table,
       targets: {},
+      serverPids: pid ? [pid] : [],
     });
   });
 }

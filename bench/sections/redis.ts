@@ -317,13 +317,14 @@ function redisStoreResult(
 
 export async function redisHttpSection(ctx: SectionContext): Promise<SectionResult> {
   const section = 'Redis HTTP';
-  return withRedis(ctx, section, (_admin, prefix) =>
+  return withRedis(ctx, section, async (admin, prefix) =>
     storeHttp(ctx, {
       section,
       store: 'redis',
       url: REDIS_URL,
       schema: prefix,
       targets: { 'fresh keys': REDIS_TARGETS.fresh, replay: REDIS_TARGETS.replay },
+      serverPids: await (await redisPids(admin))(),
     }),
   );
 }

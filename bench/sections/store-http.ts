@@ -22,6 +22,8 @@ export async function storeHttp(
     /** Key prefix (Redis) or table (MariaDB). */
     schema: string;
     targets: Partial<Record<HttpWorkload, number>>;
+    /** The server's processes, whose CPU per request is reported. */
+    serverPids?: number[];
   },
 ): Promise<SectionResult & { http: HttpRow[] }> {
   const { config } = ctx;
@@ -46,6 +48,7 @@ export async function storeHttp(
         connections: CONNECTIONS,
         cacheMaxEntries: 0,
         workloads,
+        serverPids: options.serverPids,
         log: (line) => ctx.log(`${options.section}: ${line}`),
       })),
     );
@@ -64,7 +67,7 @@ export async function storeHttp(
         : `${r.rps.toFixed(0)} req/s, ratio ${r.ratio.toFixed(2)}`,
       target: target === undefined ? '' : `≥ ${target.toFixed(2)}`,
       verdict: target === undefined ? '' : verdict(r.ratio >= target),
-      how: `${baseline ? '' : `rounds' ratios ${r.ratios.map((x) => x.toFixed(2)).join(' / ')}; CPU ratio ${r.cpuRatio.toFixed(2)}; `}app CPU ${r.cpuMicros.toFixed(1)} µs/request;${trips ? '' : ` ${name} round trips per request ${fmtRange(r.roundTrips)};`} p50 ${r.p50} ms, p99 ${r.p99} ms; runs ${r.runs.map((x) => x.toFixed(0)).join(' / ')}${r.failures ? `; ${r.failures} errors or non-2xx` : ''}`,
+      how: `${baseline ? '' : `rounds' ratios ${r.ratios.map((x) => x.toFixed(2)).join(' / ')}; CPU ratio ${r.cpuRatio.toFixed(2)}; `}app CPU ${r.cpuMicros.toFixed(1)} µs/request;${trips ? '' : ` ${name} round trips per request ${fmtRange(r.roundTrips)};`} p50 ${r.p50} ms, p99 ${r.p99} ms;${trips || r.serverMicros === undefined ? '' : ` ${name} CPU ${r.serverMicros.toFixed(0)} µs/request;`} runs ${r.runs.map((x) => x.toFixed(0)).join(' / ')}${r.failures ? `; ${r.failures} errors or non-2xx` : ''}`,
     };
   });
   const of = (adapter: string, w: HttpWorkload) =>
@@ -72,7 +75,8 @@ export async function storeHttp(
   const notes = (['express', 'fastify'] as const).map((adapter) => {
     const f = (w: HttpWorkload) => of(adapter, w)?.ratio.toFixed(2) ?? 'n/a';
     const c = (w: HttpWorkload) => of(adapter, w)?.cpuMicros.toFixed(0) ?? '?';
-    return `${name}, ${adapter}: fresh keys ${f('fresh keys')} of the undecorated handler (app CPU ${c('fresh keys')} µs/request against ${c('undecorated, fresh key each')}), replays ${f('replay')} (${c('replay')} against ${c('undecorated')} µs)${config.storeHttpMemory ? `; the in-memory store on the same machine in the same rounds: fresh keys ${f('fresh keys, memory store')}, replays ${f('replay, memory store')}, so the network and the ${name} driver account for the difference` : ''}.`;
+    const srv = (w: HttpWorkload) => of(adapter, w)?.serverMicros?.toFixed(0) ?? '?';
+    return `${name}, ${adapter}: fresh keys ${f('fresh keys')} of the undecorated handler (app CPU ${c('fresh keys')} µs/request against ${c('undecorated, fresh key each')}, and ${srv('fresh keys')} µs of ${name}'s), replays ${f('replay')} (${c('replay')} against ${c('undecorated')} µs, and ${srv('replay')} µs of ${name}'s)${config.storeHttpMemory ? `; the in-memory store on the same machine in the same rounds: fresh keys ${f('fresh keys, memory store')}, replays ${f('replay, memory store')}, so the network and the ${name} driver account for the difference` : ''}.`;
   });
   return {
     rows,
