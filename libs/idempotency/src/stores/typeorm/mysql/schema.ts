@@ -117,7 +117,11 @@ export async function mysqlStrictModeUpgrade(run: MysqlRun, name: MysqlTableName
            ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
          WHERE tc.TABLE_SCHEMA = ? AND tc.TABLE_NAME = ? AND tc.CONSTRAINT_TYPE = 'CHECK'`,
         [database, name.table],
-      ).catch(() => []); // before 8.0.16 there is no CHECK_CONSTRAINTS, and no CHECK enforced
+      ).catch((error: unknown) => {
+        // Before 8.0.16 there is no CHECK_CONSTRAINTS (1109, unknown table), and no CHECK enforced.
+        if (errnoOf(error) === 1109) return [];
+        throw error;
+      });
   const narrow = checks.filter(
     (check) =>
       /\bstate\b/i.test(check.clause) &&
@@ -137,6 +141,15 @@ export async function mysqlStrictModeUpgrade(run: MysqlRun, name: MysqlTableName
       : `ADD CONSTRAINT ${quoteMysqlIdent(`${name.table}_state`.slice(0, 64))} CHECK (state IN (${STATES}))`,
   );
   await run(`ALTER TABLE ${table} ${alter.join(', ')}`, []);
+}
+
+/** The server's error number, on mysql2's error or TypeORM's QueryFailedError around it. */
+function errnoOf(error: unknown): number | undefined {
+  const { errno, driverError } = (error ?? {}) as {
+    errno?: number;
+    driverError?: { errno?: number };
+  };
+  return errno ?? driverError?.errno;
 }
 
 export function mysqlDropTableSql(name: MysqlTableName): string[] {
