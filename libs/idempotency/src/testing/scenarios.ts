@@ -331,7 +331,7 @@ scenario({
   id: 'wait.woken-by-completion',
   group: 'waiting',
   title: () =>
-    'wakes a waiting duplicate, on this instance and on the other, within 50 ms of the completion',
+    'wakes a waiting duplicate, on this instance and on the other, within 250 ms of the completion (not at its next poll)',
   async run({ store, other, scope, acquire, request }) {
     const samples: number[] = [];
     for (const waiter of [store, other, other]) {
@@ -350,7 +350,10 @@ scenario({
       samples.push(settledAt - completing);
     }
     const worst = Math.max(...samples);
-    assert.ok(worst < 50, `a waiter woke ${round(worst)} ms after the completion`);
+    // A bound for a wake-up, not a speed target (the benchmarks measure that): a
+    // waiter left to its poll takes the poll interval (1 s by default), while a
+    // loaded machine can delay a woken one by tens of milliseconds.
+    assert.ok(worst < 250, `a waiter woke ${round(worst)} ms after the completion`);
     return `woken ${round(median(samples))} ms after complete() (median of ${samples.length}, max ${round(worst)} ms)`;
   },
 });
