@@ -8,18 +8,25 @@
  * prints the requests answered in all (to divide a profile by) and the
  * application's CPU per request. Summarize the profile with
  * bench/tools/cpuprofile-summary.ts.
+ *
+ * BENCH_PROFILE_STORE=redis runs the application on the Redis store instead
+ * (the machine's Redis, IDEMPOTENCY_BENCH_REDIS_URL; a scratch key prefix,
+ * deleted afterwards), with the workloads 'fresh keys' and 'replay'.
  */
 import { Adapter, completeReplayKey, HttpWorkload, runLoad, startApp } from '../lib/http';
+import { connectRedis, deleteRedisPrefix, REDIS_URL, scratchPrefix } from '../lib/servers';
 
 async function main() {
   const [adapter = 'fastify', workload = 'fresh keys, memory store', count = '40000'] =
     process.argv.slice(2);
   const amount = Number(count);
+  const redis = process.env.BENCH_PROFILE_STORE === 'redis';
+  const prefix = scratchPrefix('profile');
   const app = await startApp({
     adapter: adapter as Adapter,
-    store: 'memory',
-    databaseUrl: '',
-    schema: '',
+    store: redis ? 'redis' : 'memory',
+    databaseUrl: redis ? REDIS_URL : '',
+    schema: redis ? prefix : '',
   });
   try {
     const replayKey = await completeReplayKey(app.url);
@@ -36,6 +43,11 @@ async function main() {
     );
   } finally {
     await app.stop();
+    if (redis) {
+      const admin = await connectRedis();
+      await deleteRedisPrefix(admin, prefix);
+      admin.destroy();
+    }
   }
 }
 
