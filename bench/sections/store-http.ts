@@ -76,7 +76,43 @@ export async function storeHttp(
     const f = (w: HttpWorkload) => of(adapter, w)?.ratio.toFixed(2) ?? 'n/a';
     const c = (w: HttpWorkload) => of(adapter, w)?.cpuMicros.toFixed(0) ?? '?';
     const srv = (w: HttpWorkload) => of(adapter, w)?.serverMicros?.toFixed(0) ?? '?';
-    return `${name}, ${adapter}: fresh keys ${f('fresh keys')} of the undecorated handler (app CPU ${c('fresh keys')} µs/request against ${c('undecorated, fresh key each')}, and ${srv('fresh keys')} µs of ${name}'s), replays ${f('replay')} (${c('replay')} against ${c('undecorated')} µs, and ${srv('replay')} µs of ${name}'s)${config.storeHttpMemory ? `; the in-memory store on the same machine in the same rounds: fresh keys ${f('fresh keys, memory store')}, replays ${f('replay, memory store')}, so the network and the ${name} driver account for the difference` : ''}.`;
+    /** App CPU per request over its baseline's (µs), on the store's process and the in-memory one. */
+    const extra = (w: HttpWorkload, base: HttpWorkload) => {
+      const a = of(adapter, w)?.cpuMicros;
+      const b = of(adapter, base)?.cpuMicros;
+      return a === undefined || b === undefined ? undefined : a - b;
+    };
+    const compare = (
+      kind: string,
+      w: HttpWorkload,
+      mem: HttpWorkload,
+      base: HttpWorkload,
+      memBase: HttpWorkload,
+    ) => {
+      const store = extra(w, base);
+      const memory = extra(mem, memBase);
+      if (store === undefined || memory === undefined) return '';
+      return `${kind}: @Idempotent adds ${store.toFixed(0)} µs of application CPU per request on the ${name} store and ${memory.toFixed(0)} µs on the in-memory store (ratios ${f(w)} and ${f(mem)}), so the ${name} driver and its round trips cost the application ${(store - memory).toFixed(0)} µs, and ${name} ${srv(w)} µs of its own`;
+    };
+    const parts = config.storeHttpMemory
+      ? [
+          compare(
+            'fresh keys',
+            'fresh keys',
+            'fresh keys, memory store',
+            'undecorated, fresh key each',
+            'undecorated, fresh key each, memory process',
+          ),
+          compare(
+            'replays',
+            'replay',
+            'replay, memory store',
+            'undecorated',
+            'undecorated, memory process',
+          ),
+        ].filter(Boolean)
+      : [];
+    return `${name}, ${adapter}: fresh keys ${f('fresh keys')} of the undecorated handler (app CPU ${c('fresh keys')} µs/request against ${c('undecorated, fresh key each')}, and ${srv('fresh keys')} µs of ${name}'s), replays ${f('replay')} (${c('replay')} against ${c('undecorated')} µs, and ${srv('replay')} µs of ${name}'s)${parts.length ? `. ${parts.join('; ')}` : ''}.`;
   });
   return {
     rows,
