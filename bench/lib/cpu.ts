@@ -29,10 +29,23 @@ export interface CpuSplit {
   backendsUs?: number;
 }
 
-/** utime + stime of one process, in clock ticks; undefined once it is gone or unreadable. */
-function ticksOf(pid: number): number | undefined {
+/**
+ * A process (its pid) or one thread of one (`{ pid, tid }`: /proc/<pid>/task/<tid>, as a
+ * MariaDB connection's thread; /proc/<tid> would give the whole process).
+ */
+export type CpuSource = number | { pid: number; tid: number };
+
+const statPath = (source: CpuSource) =>
+  typeof source === 'number'
+    ? `/proc/${source}/stat`
+    : `/proc/${source.pid}/task/${source.tid}/stat`;
+const keyOf = (source: CpuSource) =>
+  typeof source === 'number' ? String(source) : `${source.pid}/${source.tid}`;
+
+/** utime + stime of one process or thread, in clock ticks; undefined once it is gone or unreadable. */
+function ticksOf(pid: CpuSource): number | undefined {
   try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const stat = fs.readFileSync(statPath(pid), 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return Number(fields[11]) + Number(fields[12]);
   } catch {
@@ -40,18 +53,18 @@ function ticksOf(pid: number): number | undefined {
   }
 }
 
-/** Current ticks of each pid that can be read. */
-function ticksOfAll(pids: number[]): Map<number, number> {
-  const out = new Map<number, number>();
+/** Current ticks of each process or thread that can be read. */
+function ticksOfAll(pids: CpuSource[]): Map<string, number> {
+  const out = new Map<string, number>();
   for (const pid of pids) {
     const ticks = ticksOf(pid);
-    if (ticks !== undefined) out.set(pid, ticks);
+    if (ticks !== undefined) out.set(keyOf(pid), ticks);
   }
   return out;
 }
 
 /** CPU microseconds the processes `pids` have used so far (utime + stime); undefined if none can be read. */
-export function cpuUsOf(pids: number[]): number | undefined {
+export function cpuUsOf(pids: CpuSource[]): number | undefined {
   const ticks = ticksOfAll(pids);
   if (ticks.size === 0) return undefined;
   let sum = 0;
@@ -68,7 +81,7 @@ export function cpuUsOf(pids: number[]): number | undefined {
  */
 export async function withCpu<T>(
   fn: () => Promise<T>,
-  backends?: () => Promise<number[]>,
+  backends?: () => Promise<CpuSource[]>,
 ): Promise<{ value: T; cpu: CpuSplit }> {
   const before = backends ? ticksOfAll(await backends()) : undefined;
   const node0 = process.cpuUsage();

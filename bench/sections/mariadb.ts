@@ -45,6 +45,7 @@ import {
   us,
   warmAndAlternate,
 } from '../lib/compare';
+import { CpuSource } from '../lib/cpu';
 import { installMysqlCounter, mysqlAttributes } from '../lib/driver-count';
 import {
   MYSQL_URL,
@@ -88,6 +89,11 @@ const LABELS: Record<Variant, string> = {
 };
 
 type Admin = Awaited<ReturnType<typeof createConnection>>;
+
+/** The part of mysql2's core pool the benchmark reads: its connections' server thread ids. */
+interface CorePool {
+  _allConnections: { length: number; get(i: number): { threadId: number } };
+}
 
 /**
  * Runs `body` with an admin connection and a scratch table name (the table
@@ -155,7 +161,7 @@ export function mariadbFloorStatements(table: string) {
 
 export async function mariadbFloorSection(ctx: SectionContext): Promise<SectionResult> {
   const section = 'MariaDB floor';
-  return withMariadb(ctx, section, async (_admin, table, pid) => {
+  return withMariadb(ctx, section, async (admin, table, pid) => {
     const { config } = ctx;
     installMysqlCounter();
     const variants = variantsFromEnv();
@@ -183,7 +189,24 @@ export async function mariadbFloorSection(ctx: SectionContext): Promise<SectionR
         { schema: store.tableName.schema, table },
         { returning: true },
       );
-      const servers = async () => (pid ? [pid] : []);
+      // The server threads of each side's connections (one thread per connection), by their
+      // connection ids in information_schema.PROCESSLIST; and the whole server beside them.
+      const connectionIds = (v: Variant): number[] => {
+        const pool =
+          v === 'store'
+            ? (dataSource.driver as unknown as { pool: CorePool }).pool
+            : (pools[v] as unknown as { pool: CorePool }).pool;
+        const all = pool._allConnections;
+        return Array.from({ length: all.length }, (_, i) => all.get(i).threadId);
+      };
+      const threads = (v: Variant) => async (): Promise<CpuSource[]> => {
+        const ids = connectionIds(v);
+        if (!pid || ids.length === 0) return [];
+        const [rows] = await admin.query<RowDataPacket[]>(
+          `SELECT TID AS tid FROM information_schema.PROCESSLIST WHERE ID IN (${ids.map(Number).join(',')})`,
+        );
+        return rows.map((r) => ({ pid, tid: Number(r.tid) }));
+      };
       const run = randomBytes(3).toString('hex');
       const completed: Record<Variant, string[]> = { store: [], floor: [], 'store-sql': [] };
       const remember = (v: Variant, key: string) => {
@@ -274,7 +297,13 @@ export async function mariadbFloorSection(ctx: SectionContext): Promise<SectionR
         v: Variant,
         op: (caller: number, i: number) => Promise<void>,
         seconds = config.seconds,
-      ) => timedRun({ seconds, concurrency: config.concurrency, app: APPS[v] }, op, servers);
+      ) =>
+        timedRun(
+          { seconds, concurrency: config.concurrency, app: APPS[v] },
+          op,
+          threads(v),
+          pid ? [pid] : undefined,
+        );
       const each = <T>(f: (v: Variant) => T) =>
         Object.fromEntries(variants.map((v) => [v, () => f(v)])) as Record<Variant, () => T>;
       let phase = 0;
@@ -340,15 +369,19 @@ function mariadbFloorResult(
   const cpuRow = (label: string, samples: Record<Variant, Run[]>): ResultRow => {
     const cells = variants.map((v) => {
       const c = cpuPerOp(samples[v]);
+      return `${v}: MariaDB ${us(c.server)} (whole server ${us(c.whole)}), Node ${us(c.node)}`;
+    });
+    const short = (['store', 'floor'] as const).map((v) => {
+      const c = cpuPerOp(samples[v]);
       return `${v}: MariaDB ${us(c.server)}, Node ${us(c.node)}`;
     });
     return {
       section,
       measurement: label,
-      result: cells.slice(0, 2).join('; '),
+      result: short.join('; '),
       target: '',
       verdict: '',
-      how: `mariadbd utime + stime (/proc, 10 ms ticks; the whole server) and this process.cpuUsage() over each run ÷ its operations, medians of the runs; ${cells.join('; ')}`,
+      how: `MariaDB: utime + stime (/proc, 10 ms ticks) of the server threads serving each side's connections (/proc/<mariadbd>/task/<TID>, TID from information_schema.PROCESSLIST); whole server: the mariadbd process (InnoDB's background threads, and any other user of the server, included); Node: this process.cpuUsage(); over each run ÷ its operations, medians of the runs; ${cells.join('; ')}`,
     };
   };
   const diagnosticRow = (label: string, samples: Record<Variant, Run[]>): ResultRow => {
@@ -395,7 +428,7 @@ function mariadbFloorResult(
         : []),
     ],
     method: [
-      `${section}: ${config.concurrency} callers, pool ${config.pool} on every side (connections kept open), one InnoDB table (the store's, created by \`ensureSchema\`). The floor is the minimum SQL on MariaDB: a first execution is one prepared \`INSERT … ON DUPLICATE KEY UPDATE id = id\` (the new IN_PROGRESS record, times from UTC_TIMESTAMP(6)) and one prepared \`UPDATE … WHERE id = ? AND lease_id = ? AND state = 'IN_PROGRESS'\` (the fenced completion storing the payload); a replay is one prepared \`SELECT\` of the record's columns by primary key; it computes the same sha256 record id, a fresh lease UUID and the same payload bytes as the store. The store runs through \`IdempotencyEngine.run\` on a \`mariadb\` DataSource (prepared statements, RETURNING). ${withSql ? `Diagnostic: ${LABELS['store-sql']} (its acquire and complete for a fresh key, its acquire for a replay). ` : ''}${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of ${variants.join(' / ')}, ${config.seconds} s each; a ratio is the median of the rounds' ratios (store ÷ floor in the same round). MariaDB CPU: the mariadbd process's utime + stime from /proc (all its threads: the machine's server, so other users of it count too); Node: \`process.cpuUsage()\`.`,
+      `${section}: ${config.concurrency} callers, pool ${config.pool} on every side (connections kept open), one InnoDB table (the store's, created by \`ensureSchema\`). The floor is the minimum SQL on MariaDB: a first execution is one prepared \`INSERT … ON DUPLICATE KEY UPDATE id = id\` (the new IN_PROGRESS record, times from UTC_TIMESTAMP(6)) and one prepared \`UPDATE … WHERE id = ? AND lease_id = ? AND state = 'IN_PROGRESS'\` (the fenced completion storing the payload); a replay is one prepared \`SELECT\` of the record's columns by primary key; it computes the same sha256 record id, a fresh lease UUID and the same payload bytes as the store. The store runs through \`IdempotencyEngine.run\` on a \`mariadb\` DataSource (prepared statements, RETURNING). ${withSql ? `Diagnostic: ${LABELS['store-sql']} (its acquire and complete for a fresh key, its acquire for a replay). ` : ''}${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of ${variants.join(' / ')}, ${config.seconds} s each; a ratio is the median of the rounds' ratios (store ÷ floor in the same round). MariaDB CPU: utime + stime from /proc of the server threads serving each side's connections (one thread per connection; found by connection id in information_schema.PROCESSLIST), and of the whole mariadbd process beside it (InnoDB's background threads, and other users of the machine's server, included); Node: \`process.cpuUsage()\`.`,
     ],
     notes,
   };
