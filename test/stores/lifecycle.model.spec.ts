@@ -91,6 +91,13 @@ const STRICT_EDGES = [
   'complete → lease-lost (AMBIGUOUS)',
 ];
 
+/** Transactional completion's edges, required of a transactional run besides its rule's. */
+const TRANSACTIONAL_EDGES = [
+  'completeIn → committed',
+  'completeIn → rolled back (still IN_PROGRESS)',
+  'completeIn → lease-lost',
+];
+
 /**
  * Runs RUNS generated sequences against `stores()` (fresh stores or a fresh
  * scope per run; `reset` empties what a purge counts) and the model, then
@@ -102,6 +109,8 @@ async function agreeWithModel(
   reset: () => Promise<unknown> = async () => undefined,
   /** Strict mode too (stores that declare `strictMode`): its edges are then required as well. */
   strict = false,
+  /** Transactional completion too (stores that declare `transactional`): its edges as well. */
+  transactional = false,
 ): Promise<void> {
   const coverage = new Map<string, number>();
   const setup = async () => {
@@ -115,16 +124,18 @@ async function agreeWithModel(
   };
 
   await fc.assert(
-    fc.asyncProperty(lifecycleCommands(MAX_COMMANDS, strict), (commands) =>
+    fc.asyncProperty(lifecycleCommands(MAX_COMMANDS, strict, transactional), (commands) =>
       fc.asyncModelRun(setup, commands),
     ),
     { numRuns: RUNS },
   );
 
   const labels = [...coverage.keys()];
-  const missed = [...REQUIRED_EDGES[expiry], ...(strict ? STRICT_EDGES : [])].filter(
-    (edge) => !labels.some((label) => label.includes(edge)),
-  );
+  const missed = [
+    ...REQUIRED_EDGES[expiry],
+    ...(strict ? STRICT_EDGES : []),
+    ...(transactional ? TRANSACTIONAL_EDGES : []),
+  ].filter((edge) => !labels.some((label) => label.includes(edge)));
   expect({ missed, seen: Object.fromEntries(coverage) }).toMatchObject({ missed: [] });
 }
 
@@ -170,6 +181,17 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
       'purge',
       async () => [postgres, await inMemoryUnderTest()],
       () => dataSource.query(`TRUNCATE "${schema}".idempotency_records`),
+      true,
+    );
+  }, 120_000);
+
+  it('agrees with the model with transactional completion, committed or rolled back', async () => {
+    // PostgreSQL alone: the in-memory store has no transactions to complete in.
+    await agreeWithModel(
+      'purge',
+      async () => [postgres],
+      () => dataSource.query(`TRUNCATE "${schema}".idempotency_records`),
+      false,
       true,
     );
   }, 120_000);
@@ -220,6 +242,16 @@ describe.runIf(mariadbAvailable())(
         'purge',
         async () => [mariadb],
         () => dataSource.query(`TRUNCATE TABLE \`${table}\``),
+        true,
+      );
+    }, 120_000);
+
+    it('agrees with the model with transactional completion, committed or rolled back', async () => {
+      await agreeWithModel(
+        'purge',
+        async () => [mariadb],
+        () => dataSource.query(`TRUNCATE TABLE \`${table}\``),
+        false,
         true,
       );
     }, 120_000);

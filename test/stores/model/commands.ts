@@ -262,6 +262,53 @@ class Complete extends WithLease {
   }
 }
 
+/** Thrown inside the transaction to roll it back after `completeIn` answered. */
+class Rollback extends Error {}
+
+/**
+ * Transactional completion: `completeIn` in a transaction of the store's own,
+ * which then commits, or throws after the completion so that it rolls back
+ * (a handler whose later write failed, or whose commit did).
+ */
+class CompleteInTransaction extends WithLease {
+  constructor(
+    key: Key,
+    ref: LeaseRef,
+    readonly payload: unknown,
+    readonly commit: boolean,
+  ) {
+    super(key, ref);
+  }
+
+  onModel(model: LifecycleModel, lease: LeaseNo): Expected<HeldOutcome | 'rolled-back'> {
+    return model.completeInTransaction(this.key, lease, encodeValue(this.payload), this.commit);
+  }
+
+  async onStore(session: StoreSession, lease: LeaseNo): Promise<HeldOutcome | 'rolled-back'> {
+    const transactional = session.sut.store.transactional;
+    if (!transactional) throw new Error(`${session.sut.name} has no transactional completion`);
+    const presented = this.presented(session, lease);
+    try {
+      const stored = await transactional.transaction(async (tx) => {
+        const result = await transactional.completeIn(tx, presented, encodeValue(this.payload));
+        if (result === 'lease-lost') return result;
+        if (!this.commit) throw new Rollback();
+        return result;
+      });
+      if (stored === 'lease-lost') return 'lease-lost';
+      await transactional.afterCommit?.(presented);
+      return 'done';
+    } catch (error) {
+      if (error instanceof Rollback) return 'rolled-back';
+      throw error;
+    }
+  }
+
+  toString(): string {
+    return `completeIn(${this.key}, ${describeRef(this.ref)}, ${fc.stringify(this.payload)}) then ${this.commit ? 'commit' : 'rollback'}`;
+  }
+}
+
 class Release extends WithLease {
   onModel(model: LifecycleModel, lease: LeaseNo): Expected<HeldOutcome> {
     return model.release(this.key, lease);
@@ -450,7 +497,13 @@ export function lifecycleCommands(
   maxCommands: number,
   /** Add strict mode: strict acquisitions, markAmbiguous and resolve (stores that declare `strictMode`). */
   strict = false,
+  /** Add transactional completion, committed or rolled back (stores that declare `transactional`). */
+  transactional = false,
 ): fc.Arbitrary<Iterable<fc.AsyncCommand<LifecycleModel, ModelRun>>> {
+  const inTransaction = fc
+    .tuple(key, leaseRef, payload, fc.boolean())
+    .map(([k, r, p, c]) => new CompleteInTransaction(k, r, p, c));
+  const transactionalCommands = transactional ? [inTransaction, inTransaction] : [];
   const strictCommands = strict
     ? [
         fc.tuple(key, fingerprint).map(([k, f]) => new Acquire(k, f, true)),
@@ -462,6 +515,7 @@ export function lifecycleCommands(
   return fc.commands<LifecycleModel, ModelRun, false>(
     [
       ...strictCommands,
+      ...transactionalCommands,
       acquire,
       acquire,
       acquire,

@@ -231,6 +231,26 @@ export class LifecycleModel {
     };
   }
 
+  /**
+   * Transactional completion (`store.transactional`): `completeIn` inside a
+   * transaction that then commits (as `complete`) or rolls back (the record is
+   * as it was: the holder keeps it, unfinished). Fenced as `complete` is.
+   */
+  completeInTransaction(
+    key: Key,
+    lease: LeaseNo,
+    payload: StoredPayload,
+    commit: boolean,
+  ): Expected<HeldOutcome | 'rolled-back'> {
+    const refusal = this.refusal(key, lease);
+    if (refusal) return { outcome: 'lease-lost', labels: [`completeIn → lease-lost (${refusal})`] };
+    if (!commit) {
+      return { outcome: 'rolled-back', labels: ['completeIn → rolled back (still IN_PROGRESS)'] };
+    }
+    const done = this.complete(key, lease, payload);
+    return { outcome: done.outcome, labels: ['completeIn → committed'] };
+  }
+
   /** Strict mode: the holder's action threw; allowed where release is. */
   markAmbiguous(key: Key, lease: LeaseNo): Expected<HeldOutcome> {
     const refusal = this.refusal(key, lease);
