@@ -77,7 +77,7 @@ describe('nest-idempotency list and inspect', () => {
         /│ Payments\.create\s+│ Payments\.create\/#[0-9a-f]{12}\s+│ IN_PROGRESS\s+│ \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \((9|10)m( \d+s)? left\)\s+│ .*\(in 59m( \d+s)?\)\s+│ \d+(ms|s)\s+│/,
       );
       expect(row(PAYMENTS, LAPSED)).toMatch(
-        /│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired \d+ms ago\)\s+│/,
+        /│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired (\d+m )?\d+m?s ago\)\s+│/,
       );
       expect(row(ORDERS, DONE)).toMatch(/│ COMPLETE\s+│ -\s+│ \S+Z \(in 59m( \d+s)?\)/);
       expect(row(ORDERS, NOTHING)).toMatch(/│ COMPLETE\s+│ -\s+│/);

@@ -147,7 +147,9 @@ describe.runIf(mariadbAvailable())('nest-idempotency on MariaDB (mysql:// and ma
         return rows[0];
       };
       expect(row(LIVE)).toMatch(/│ IN_PROGRESS\s+│ \S+Z \((9|10)m( \d+s)? left\)\s+│/);
-      expect(row(LAPSED)).toMatch(/│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired \d+ms ago\)/);
+      expect(row(LAPSED)).toMatch(
+        /│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired (\d+m )?\d+m?s ago\)/,
+      );
       expect(row(DONE)).toMatch(/│ COMPLETE\s+│ -\s+│ \S+Z \(in 59m( \d+s)?\)/);
       expect(row(STALE)).toMatch(/│ COMPLETE \(TTL expired\)\s+│ -\s+│/);
       expect(stdout).toMatch(
@@ -367,7 +369,7 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
     const row = (key: string) => rowsMentioning(stdout, keyDigest(SCOPE, key));
     expect(row(LIVE)[0]).toMatch(/│ IN_PROGRESS\s+│ \S+Z \((9|10)m( \d+s)? left\)\s+│/);
     expect(row(LAPSED)[0]).toMatch(
-      /│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired \d+ms ago\)/,
+      /│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired (\d+m )?\d+m?s ago\)/,
     );
     expect(row(DONE)[0]).toMatch(/│ COMPLETE\s+│ -\s+│ \S+Z \(in 59m( \d+s)?\)/);
     expect(row(STALE)).toEqual([]);
