@@ -11,22 +11,40 @@
  *
  * BENCH_PROFILE_STORE=redis runs the application on the Redis store instead
  * (the machine's Redis, IDEMPOTENCY_BENCH_REDIS_URL; a scratch key prefix,
- * deleted afterwards), with the workloads 'fresh keys' and 'replay'.
+ * deleted afterwards), BENCH_PROFILE_STORE=mariadb on the MySQL/MariaDB store
+ * (the machine's MariaDB, IDEMPOTENCY_BENCH_MYSQL_URL; a scratch table,
+ * dropped afterwards), with the workloads 'fresh keys' and 'replay'.
  */
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { Adapter, completeReplayKey, HttpWorkload, runLoad, startApp } from '../lib/http';
-import { connectRedis, deleteRedisPrefix, REDIS_URL, scratchPrefix } from '../lib/servers';
+import {
+  connectRedis,
+  deleteRedisPrefix,
+  MYSQL_URL,
+  openMysqlDataSource,
+  REDIS_URL,
+  scratchPrefix,
+} from '../lib/servers';
 
 async function main() {
   const [adapter = 'fastify', workload = 'fresh keys, memory store', count = '40000'] =
     process.argv.slice(2);
   const amount = Number(count);
   const redis = process.env.BENCH_PROFILE_STORE === 'redis';
+  const mariadb = process.env.BENCH_PROFILE_STORE === 'mariadb';
   const prefix = scratchPrefix('profile');
+  const table = `idem_bench_profile_${process.pid}`;
+  const admin = mariadb ? await openMysqlDataSource('idem-bench-profile', 2) : undefined;
+  if (admin) {
+    const setup = new TypeOrmIdempotencyStore(admin, { table, ensureSchema: true });
+    await setup.init();
+    await setup.close();
+  }
   const app = await startApp({
     adapter: adapter as Adapter,
-    store: redis ? 'redis' : 'memory',
-    databaseUrl: redis ? REDIS_URL : '',
-    schema: redis ? prefix : '',
+    store: redis ? 'redis' : mariadb ? 'mariadb' : 'memory',
+    databaseUrl: redis ? REDIS_URL : mariadb ? MYSQL_URL : '',
+    schema: redis ? prefix : mariadb ? table : '',
   });
   try {
     const replayKey = await completeReplayKey(app.url);
@@ -35,18 +53,24 @@ async function main() {
       ...load,
       amount: Math.ceil(amount / 4),
     });
-    const before = await app.cpuMicros();
+    type Cpu = { cpuMicros: number; systemMicros: number };
+    const before = await app.ask<Cpu>('cpu', 'cpuMicros');
     const sample = await runLoad(app.url, workload as HttpWorkload, { ...load, amount });
-    const cpu = (await app.cpuMicros()) - before;
+    const after = await app.ask<Cpu>('cpu', 'cpuMicros');
+    const per = (x: number) => (x / sample.requests).toFixed(1);
     console.log(
-      `${adapter}, ${workload}: ${sample.rps.toFixed(0)} req/s, app CPU ${(cpu / sample.requests).toFixed(1)} µs/request; ${warm.requests + sample.requests + 1} requests in all`,
+      `${adapter}, ${workload}: ${sample.rps.toFixed(0)} req/s, app CPU ${per(after.cpuMicros - before.cpuMicros)} µs/request (system ${per(after.systemMicros - before.systemMicros)}); ${warm.requests + sample.requests + 1} requests in all`,
     );
   } finally {
     await app.stop();
     if (redis) {
-      const admin = await connectRedis();
-      await deleteRedisPrefix(admin, prefix);
-      admin.destroy();
+      const client = await connectRedis();
+      await deleteRedisPrefix(client, prefix);
+      client.destroy();
+    }
+    if (admin) {
+      await admin.query(`DROP TABLE IF EXISTS \`${table}\``);
+      await admin.destroy();
     }
   }
 }
