@@ -95,20 +95,65 @@ export function mysqlStoreQuery<T>(
       ),
     );
   }
-  return send<T>(connector, query, timeoutMs, product, dataSource).catch((error: unknown) => {
-    dataSource.logger.logQueryError(
-      error instanceof Error ? error : String(error),
-      query.text,
-      query.logged,
-    );
-    throw error;
-  });
+  return sendRetryingDeadlocks<T>(connector, query, timeoutMs, product, dataSource).catch(
+    (error: unknown) => {
+      dataSource.logger.logQueryError(
+        error instanceof Error ? error : String(error),
+        query.text,
+        query.logged,
+      );
+      throw error;
+    },
+  );
+}
+
+/** InnoDB's ER_LOCK_DEADLOCK: this statement was chosen as the victim and rolled back whole. */
+const ER_LOCK_DEADLOCK = 1213;
+/** Attempts of one statement that keeps losing deadlocks, within its `timeoutMs`. */
+const DEADLOCK_ATTEMPTS = 4;
+
+function isDeadlock(error: unknown): boolean {
+  return (error as { errno?: unknown } | null)?.errno === ER_LOCK_DEADLOCK;
+}
+
+/**
+ * Every statement here runs alone in autocommit, so a deadlock victim left no
+ * trace and is sent again: InnoDB can pick one when a purge's DELETE (which
+ * walks the expires_at index) and a completion or acquisition (which starts at
+ * the primary key and then moves the record's expires_at entry) lock the same
+ * rows in opposite orders. The statements are fenced or conditional, so a
+ * second run decides on what it finds then.
+ */
+async function sendRetryingDeadlocks<T>(
+  connector: (callback: Callback<MysqlConnection>) => void,
+  query: MysqlStoreQuery,
+  timeoutMs: number,
+  product: string,
+  dataSource: DataSource,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let attempt = 1; ; attempt++) {
+    // The first attempt has the whole budget; a message always names the budget.
+    const left = attempt === 1 ? timeoutMs : Math.max(1, deadline - Date.now());
+    try {
+      return await send<T>(connector, query, left, timeoutMs, product, dataSource);
+    } catch (error) {
+      // Out of attempts or time, the deadlock goes up as it came: an acquisition
+      // then looks at the record again, the engine retries a completion.
+      if (!isDeadlock(error) || attempt >= DEADLOCK_ATTEMPTS || deadline - Date.now() <= 0) {
+        throw error;
+      }
+      // A few milliseconds, random, so the two sides do not meet again at once.
+      await new Promise((resolve) => setTimeout(resolve, 1 + Math.random() * 4 * attempt));
+    }
+  }
 }
 
 function send<T>(
   connector: (callback: Callback<MysqlConnection>) => void,
   query: MysqlStoreQuery,
   timeoutMs: number,
+  budgetMs: number,
   product: string,
   dataSource: DataSource,
 ): Promise<T> {
@@ -121,7 +166,7 @@ function send<T>(
       running?.destroy();
       reject(
         new IdempotencyStoreUnavailableError(
-          `${product} did not answer ${query.operation} within ${timeoutMs} ms`,
+          `${product} did not answer ${query.operation} within ${budgetMs} ms`,
         ),
       );
     }, timeoutMs);
