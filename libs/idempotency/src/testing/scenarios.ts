@@ -497,9 +497,12 @@ scenario({
         }),
       );
     }
-    // A lost wake-up waits for the other instance's fallback poll (a minute, if the harness follows the advice).
+    // A lost wake-up waits for the other instance's fallback poll (a minute, if the harness
+    // follows the advice), so the waiter answers in flight after its 10 s and fails above. This
+    // bound catches a wake-up found only by a slower fallback; it leaves room for a loaded machine
+    // (a CI run of the whole suite on 2 cores once took 1.8 s for one race on MariaDB).
     assert.ok(
-      slowest < 1000,
+      slowest < 5000,
       `a waiter answered ${round(slowest)} ms after the race: a wake-up was lost`,
     );
     return `${scale.raceIterations} races, every waiter replayed; slowest ${round(slowest)} ms`;
