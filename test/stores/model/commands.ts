@@ -509,6 +509,8 @@ export function lifecycleCommands(
         fc.tuple(key, fingerprint).map(([k, f]) => new Acquire(k, f, true)),
         fc.tuple(key, fingerprint).map(([k, f]) => new Acquire(k, f, true)),
         fc.tuple(key, leaseRef).map(([k, r]) => new MarkAmbiguous(k, r)),
+        // Twice: a resolution needs an AMBIGUOUS record at that step, and both outcomes are required edges.
+        fc.tuple(key, payload, fc.boolean()).map(([k, p, c]) => new Resolve(k, p, c)),
         fc.tuple(key, payload, fc.boolean()).map(([k, p, c]) => new Resolve(k, p, c)),
       ]
     : [];
