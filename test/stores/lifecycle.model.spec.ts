@@ -42,6 +42,8 @@ import {
 
 const RUNS = 100;
 const MAX_COMMANDS = 30;
+/** Batches of RUNS sequences a test may take to cover its required edges. */
+const MAX_BATCHES = 4;
 
 /**
  * Edges of the lifecycle every green run must have exercised (some label of the
@@ -123,20 +125,32 @@ async function agreeWithModel(
     return { model: new LifecycleModel(expiry), real: new ModelRun(sessions, coverage) };
   };
 
-  await fc.assert(
-    fc.asyncProperty(lifecycleCommands(MAX_COMMANDS, strict, transactional), (commands) =>
-      fc.asyncModelRun(setup, commands),
-    ),
-    { numRuns: RUNS },
-  );
-
-  const labels = [...coverage.keys()];
-  const missed = [
+  const required = [
     ...REQUIRED_EDGES[expiry],
     ...(strict ? STRICT_EDGES : []),
     ...(transactional ? TRANSACTIONAL_EDGES : []),
-  ].filter((edge) => !labels.some((label) => label.includes(edge)));
-  expect({ missed, seen: Object.fromEntries(coverage) }).toMatchObject({ missed: [] });
+  ];
+  const missing = () =>
+    required.filter((edge) => ![...coverage.keys()].some((label) => label.includes(edge)));
+
+  // Coverage is random: a batch can miss a rare edge by chance (a CI run once
+  // missed 'purge removes IN_PROGRESS' in the strict run). A missed edge buys
+  // another batch of fresh random sequences, up to MAX_BATCHES; a generator
+  // that cannot reach an edge at all still fails, after the last batch.
+  let batches = 0;
+  do {
+    await fc.assert(
+      fc.asyncProperty(lifecycleCommands(MAX_COMMANDS, strict, transactional), (commands) =>
+        fc.asyncModelRun(setup, commands),
+      ),
+      { numRuns: RUNS },
+    );
+    batches += 1;
+  } while (missing().length > 0 && batches < MAX_BATCHES);
+
+  expect({ missed: missing(), batches, seen: Object.fromEntries(coverage) }).toMatchObject({
+    missed: [],
+  });
 }
 
 const quiet = { warn: () => undefined, error: () => undefined };
@@ -174,7 +188,7 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
       async () => [postgres, await inMemoryUnderTest()],
       () => dataSource.query(`TRUNCATE "${schema}".idempotency_records`),
     );
-  }, 120_000);
+  }, 300_000);
 
   it('agrees with the model in strict mode, AMBIGUOUS and resolution included', async () => {
     await agreeWithModel(
@@ -183,7 +197,7 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
       () => dataSource.query(`TRUNCATE "${schema}".idempotency_records`),
       true,
     );
-  }, 120_000);
+  }, 300_000);
 
   it('agrees with the model with transactional completion, committed or rolled back', async () => {
     // PostgreSQL alone: the in-memory store has no transactions to complete in.
@@ -194,13 +208,13 @@ describe('Record lifecycle: PostgreSQL and in-memory stores against a reference 
       false,
       true,
     );
-  }, 120_000);
+  }, 300_000);
 });
 
 describe('Record lifecycle: in-memory store in strict mode against a reference model', () => {
   it('agrees with the model, AMBIGUOUS and resolution included', async () => {
     await agreeWithModel('purge', async () => [await inMemoryUnderTest()], undefined, true);
-  }, 120_000);
+  }, 300_000);
 });
 
 describe.runIf(mariadbAvailable())(
@@ -235,7 +249,7 @@ describe.runIf(mariadbAvailable())(
         async () => [mariadb],
         () => dataSource.query(`TRUNCATE TABLE \`${table}\``),
       );
-    }, 120_000);
+    }, 300_000);
 
     it('agrees with the model in strict mode, AMBIGUOUS and resolution included', async () => {
       await agreeWithModel(
@@ -244,7 +258,7 @@ describe.runIf(mariadbAvailable())(
         () => dataSource.query(`TRUNCATE TABLE \`${table}\``),
         true,
       );
-    }, 120_000);
+    }, 300_000);
 
     it('agrees with the model with transactional completion, committed or rolled back', async () => {
       await agreeWithModel(
@@ -254,7 +268,7 @@ describe.runIf(mariadbAvailable())(
         false,
         true,
       );
-    }, 120_000);
+    }, 300_000);
   },
 );
 
@@ -283,10 +297,10 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
     // Each run has a scope of its own; a purge has nothing to count on Redis.
     it('agrees with the model after every step of random interleavings', async () => {
       await agreeWithModel('backend', async () => [redis]);
-    }, 120_000);
+    }, 300_000);
 
     it('agrees with the model in strict mode, AMBIGUOUS and resolution included', async () => {
       await agreeWithModel('backend', async () => [redis], undefined, true);
-    }, 120_000);
+    }, 300_000);
   },
 );
