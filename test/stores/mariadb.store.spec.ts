@@ -429,6 +429,48 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
       },
     );
 
+    it.each(['mariadb', 'mysql'] as const)(
+      'on a %s DataSource: once most of a scope finds its record, a replay is one locking-free SELECT and a fresh key there costs one more',
+      async (type) => {
+        const table = newTable();
+        const dataSource = await newDataSource({ type, poolSize: 1 });
+        const store = newStore(dataSource, { table, ensureSchema: true });
+        await store.init();
+        const engine = new IdempotencyEngine(store, { logger: quiet });
+        const run = (key: string) =>
+          engine.execute(
+            { scope: 'orders', key, lease: '30s', waitTimeout: '10s', ttl: '1h' },
+            async () => ({ id: key }),
+          );
+        await run('first');
+        // Replays teach the scope that its acquisitions find a record.
+        for (let i = 0; i < 8; i++) await run('first');
+        const { sent, stop } = await countCommands(dataSource);
+        try {
+          await expect(run('first')).resolves.toMatchObject({ kind: 'replayed' });
+          expect(sent.map((s) => s.command)).toEqual(['Execute']);
+          expect(sent[0].sql).toMatch(/^SELECT .* WHERE id = \?$/s);
+          expect(sent[0].sql).not.toMatch(/FOR UPDATE|LOCK IN SHARE MODE/);
+
+          // A fresh key there: the peek finds nothing, the acquire inserts, then complete.
+          sent.length = 0;
+          await expect(run('second')).resolves.toMatchObject({ kind: 'executed' });
+          expect(sent.map((s) => s.sql.trim().split(/\s/)[0])).toEqual([
+            'SELECT',
+            'INSERT',
+            'UPDATE',
+          ]);
+        } finally {
+          stop();
+        }
+        // The record the peek read is the one a replay reads: same result either order.
+        await expect(run('second')).resolves.toMatchObject({
+          kind: 'replayed',
+          value: { id: 'second' },
+        });
+      },
+    );
+
     it('costs one round trip each for release, extend, find, list, purge and a look that finds the key in flight', async () => {
       const table = newTable();
       const dataSource = await newDataSource({ poolSize: 1 });

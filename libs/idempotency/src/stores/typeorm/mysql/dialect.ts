@@ -22,6 +22,7 @@ import type {
   SqlLease,
 } from '../dialect';
 import type { TableName } from '../table';
+import { AcquireOrder } from '../acquire-order';
 import { loggedScope } from '../query-log';
 import { matchedRows, MysqlOk, mysqlStoreQuery } from './query';
 import {
@@ -109,6 +110,7 @@ export class MysqlDialect implements Dialect {
   private statements?: MysqlStatements;
   private poller?: WakePoller;
   private readonly crossInstancePollMs: number;
+  private readonly order = new AcquireOrder();
 
   constructor(
     private readonly context: DialectContext,
@@ -238,11 +240,33 @@ export class MysqlDialect implements Dialect {
       scope: loggedScope(record.scope),
       key: record.digest,
     };
+    // The first look teaches the scope's order (found: a peek alone settles it);
+    // later looks of this attempt follow a record that was there, and peek.
+    let first = true;
     return {
       end: () => watch?.dispose(),
       look: async (watching) => {
+        const peekFirst = !first || this.order.peekFirst(record.scope);
+        const learn = first
+          ? (found: boolean) => this.order.observe(record.scope, found)
+          : undefined;
+        first = false;
         try {
-          return await this.look(values, logged, watching ? watch : undefined, strict, record);
+          const watched = watching ? watch : undefined;
+          if (peekFirst) {
+            const [row] = await this.query<LookRow[]>(
+              'acquire (peek)',
+              this.sql.peek,
+              values,
+              logged,
+            );
+            const settled = row && this.settledByPeek(row, watched);
+            learn?.(settled !== undefined);
+            if (settled) return settled;
+          }
+          const result = await this.look(values, logged, watched, strict, record);
+          if (!peekFirst) learn?.(result.kind === 'record');
+          return result;
         } catch (error) {
           // Two acquirers deadlocked on the same new row: InnoDB rolled one back. Look again.
           if (isLockConflict(error)) return { kind: 'changed' };
@@ -250,6 +274,19 @@ export class MysqlDialect implements Dialect {
         }
       },
     };
+  }
+
+  /**
+   * What a peek's row settles without a write: an AMBIGUOUS record, or a live
+   * one (a replay, a mismatch, in flight). Undefined when the writing statement
+   * must decide: a lease or a result that ran out (stolen, or moved in strict mode).
+   */
+  private settledByPeek(row: LookRow, watch: WakeWatch | undefined): LookResult | undefined {
+    if (row.state === 'AMBIGUOUS') return ambiguousRecord(row, false);
+    const leaseLeftMs = micros(row.lease_left_us) / 1000;
+    const expiresLeftMs = micros(row.expires_left_us) / 1000;
+    if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) return undefined;
+    return liveRecord(row, leaseLeftMs, expiresLeftMs, watch);
   }
 
   private async look(
@@ -287,20 +324,7 @@ export class MysqlDialect implements Dialect {
         // Resolved since: look again.
         if (row?.state !== 'AMBIGUOUS') return { kind: 'changed' };
       }
-      return {
-        kind: 'record',
-        record: {
-          state: 'AMBIGUOUS',
-          fingerprint: row.fingerprint,
-          leaseLeftMs: 0,
-          expiresLeftMs: 0,
-          payload: null,
-          completedAt: null,
-          ambiguousSince: dateOf(row.ambiguous_since_us ?? null),
-          ambiguousReason: row.ambiguous_reason ?? null,
-          transitioned: mine,
-        },
-      };
+      return ambiguousRecord(row, mine);
     }
     if (mine) return { kind: 'acquired' };
     const leaseLeftMs = micros(row.lease_left_us) / 1000;
@@ -309,18 +333,7 @@ export class MysqlDialect implements Dialect {
     if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) {
       return { kind: 'changed' };
     }
-    if (row.state === 'IN_PROGRESS' && row.lease_id) watch?.observe(row.lease_id);
-    return {
-      kind: 'record',
-      record: {
-        state: row.state,
-        fingerprint: row.fingerprint,
-        leaseLeftMs: row.state === 'IN_PROGRESS' ? leaseLeftMs : 0,
-        expiresLeftMs,
-        payload: row.payload,
-        completedAt: dateOf(row.completed_at_us),
-      },
-    };
+    return liveRecord(row, leaseLeftMs, expiresLeftMs, watch);
   }
 
   async complete(lease: SqlLease, payload: StoredPayload): Promise<boolean> {
@@ -589,4 +602,43 @@ function describe(error: unknown): string {
   if (error instanceof Error)
     return error.message || (error as { code?: string }).code || error.name;
   return String(error);
+}
+
+/** An AMBIGUOUS record as a look reports it; `moved`: this very statement moved it there. */
+function ambiguousRecord(row: LookRow, moved: boolean): LookResult {
+  return {
+    kind: 'record',
+    record: {
+      state: 'AMBIGUOUS',
+      fingerprint: row.fingerprint,
+      leaseLeftMs: 0,
+      expiresLeftMs: 0,
+      payload: null,
+      completedAt: null,
+      ambiguousSince: dateOf(row.ambiguous_since_us ?? null),
+      ambiguousReason: row.ambiguous_reason ?? null,
+      transitioned: moved,
+    },
+  };
+}
+
+/** A live record someone else holds or completed; a waiter's watch follows an IN_PROGRESS one's lease. */
+function liveRecord(
+  row: LookRow,
+  leaseLeftMs: number,
+  expiresLeftMs: number,
+  watch: WakeWatch | undefined,
+): LookResult {
+  if (row.state === 'IN_PROGRESS' && row.lease_id) watch?.observe(row.lease_id);
+  return {
+    kind: 'record',
+    record: {
+      state: row.state,
+      fingerprint: row.fingerprint,
+      leaseLeftMs: row.state === 'IN_PROGRESS' ? leaseLeftMs : 0,
+      expiresLeftMs,
+      payload: row.payload,
+      completedAt: dateOf(row.completed_at_us),
+    },
+  };
 }

@@ -27,6 +27,13 @@ export interface MysqlStatements {
   /** Undefined when `acquire` returns the row itself. */
   readBack?: Statement;
   /**
+   * A consistent read of the row, no lock and no write: what an acquisition
+   * sends first in a scope whose recent acquisitions found a record (replays).
+   * It settles a live record (a replay, a mismatch, in flight) or an AMBIGUOUS
+   * one; absent or stealable, `acquire` decides under the row lock.
+   */
+  peek: Statement;
+  /**
    * Strict mode's `acquire` (`onExpiredLease: 'refuse'`): insert, else steal
    * an expired result, else move an IN_PROGRESS record whose lease ran out to
    * AMBIGUOUS, else leave the row alone. The move writes this caller's lease
@@ -146,6 +153,7 @@ export function buildMysqlStatements(
     readBack: options.returning
       ? undefined
       : statement(`SELECT ${LOOK_COLUMNS} FROM ${t} WHERE id = {id}`, true),
+    peek: statement(`SELECT ${strictColumns} FROM ${t} WHERE id = {id}`, true),
     acquireStrict: statement(
       options.returning ? `${acquireStrict}\n    RETURNING ${strictColumns}` : acquireStrict,
       true,

@@ -20,6 +20,7 @@ import type {
   SqlLease,
 } from '../dialect';
 import { Deadlines } from '../bounded-query';
+import { AcquireOrder } from '../acquire-order';
 import { loggedScope } from '../query-log';
 import { channelFor, DEFAULT_TABLE, TableName } from '../table';
 import { PgNotificationListener } from './listener';
@@ -487,35 +488,6 @@ export class PostgresDialect implements Dialect {
       }
       throw error;
     }
-  }
-}
-
-/** Most scopes `AcquireOrder` follows; past it, the one it has followed longest is forgotten. */
-const ORDER_SCOPES = 1024;
-/** Weight of the newest acquisition in a scope's average: about the last 8 count. */
-const ORDER_WEIGHT = 1 / 8;
-
-/**
- * Which statement an acquisition tries first, per scope: the peek when most
- * recent acquisitions in the scope found a record there (replays, duplicates),
- * the insert when most found none (fresh keys). A moving average of what the
- * first look found, starting at "none". Either order reaches the same outcome;
- * the guess only decides whether it takes one statement or two.
- */
-class AcquireOrder {
-  private readonly found = new Map<string, number>();
-
-  peekFirst(scope: string): boolean {
-    return (this.found.get(scope) ?? 0) > 0.5;
-  }
-
-  observe(scope: string, found: boolean): void {
-    const before = this.found.get(scope);
-    if (before === undefined && this.found.size >= ORDER_SCOPES) {
-      this.found.delete(this.found.keys().next().value!);
-    }
-    const average = before ?? 0;
-    this.found.set(scope, average + ((found ? 1 : 0) - average) * ORDER_WEIGHT);
   }
 }
 
