@@ -1,10 +1,19 @@
-import { Body, Controller, INestApplication, Post } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  HttpException,
+  INestApplication,
+  Param,
+  ParseIntPipe,
+  Post,
+} from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import {
   Idempotent,
   IdempotencyConfigError,
   IdempotencyEvent,
   IdempotencyModule,
+  IdempotencyNotExecutedError,
   IdempotencyTransaction,
   InMemoryIdempotencyStore,
 } from 'nest-idempotency';
@@ -54,6 +63,29 @@ class LedgerController {
       [body.account, body.amount],
     );
     return { ok: true };
+  }
+
+  /**
+   * Strict mode with the completion in the transaction: a failure after the
+   * handler began leaves its record AMBIGUOUS (its effects outside the
+   * database are unknown), though its rows roll back.
+   */
+  @Post('strict/:amount')
+  @Idempotent({ completion: 'transaction', onExpiredLease: 'refuse' })
+  async strict(
+    @Param('amount', ParseIntPipe) amount: number,
+    @Body() body: { account: string; fail?: 'throw' | 'declined' },
+  ) {
+    probe.ran('strict');
+    await this.tx.manager.query(
+      `INSERT INTO "${schema}".entries (account, amount) VALUES ($1, $2)`,
+      [body.account, amount],
+    );
+    if (body.fail === 'throw') throw new Error('the provider hung up mid-charge');
+    if (body.fail === 'declined') {
+      throw new HttpException('declined', 402, { cause: new IdempotencyNotExecutedError() });
+    }
+    return { charged: amount };
   }
 
   @Post('optional')
@@ -212,6 +244,89 @@ describe.each(ADAPTERS)("completion: 'transaction' over %s", (adapter) => {
     expect(retried.status).toBe(201);
     expect(await rows(account)).toBe(1);
     expect(probe.count('deferred')).toBe(2);
+  });
+
+  describe("with strict mode (onExpiredLease: 'refuse')", () => {
+    const scope = 'LedgerController.strict';
+
+    it('commits the row and the completion together; a retry replays', async () => {
+      const key = randomUUID();
+      const account = randomUUID();
+      const first = await send(url, 'POST', '/ledger/strict/5', { key, body: { account } });
+      expect(first.status).toBe(201);
+      const retried = await send(url, 'POST', '/ledger/strict/5', { key, body: { account } });
+      expect(retried.status).toBe(201);
+      expect(retried.headers.get('idempotent-replayed')).toBe('true');
+      expect(retried.json()).toEqual({ charged: 5 });
+      expect(await rows(account)).toBe(1);
+      expect(probe.count('strict')).toBe(1);
+    });
+
+    it('a handler that throws after it began: its row rolls back, the record is AMBIGUOUS, and a retry is refused without running', async () => {
+      const key = randomUUID();
+      const account = randomUUID();
+      const failed = await send(url, 'POST', '/ledger/strict/5', {
+        key,
+        body: { account, fail: 'throw' },
+      });
+      expect(failed.status).toBe(500);
+      expect(await rows(account)).toBe(0);
+      expect(await recordState(scope, key)).toBe('AMBIGUOUS');
+      expect(events).toContainEqual(
+        expect.objectContaining({ type: 'ambiguous', reason: 'action-failed' }),
+      );
+      const retried = await send(url, 'POST', '/ledger/strict/5', {
+        key,
+        body: { account, fail: 'throw' },
+      });
+      expect(retried.status).toBe(409);
+      expect(retried.json()).toMatchObject({ code: 'idempotency-outcome-unknown' });
+      expect(retried.headers.get('retry-after')).toBeNull();
+      expect(probe.count('strict')).toBe(1);
+      expect(await rows(account)).toBe(0);
+    });
+
+    it('an error that says the action did not execute releases the key: the retry runs', async () => {
+      const key = randomUUID();
+      const account = randomUUID();
+      const declined = await send(url, 'POST', '/ledger/strict/5', {
+        key,
+        body: { account, fail: 'declined' },
+      });
+      expect(declined.status).toBe(402);
+      expect(await recordState(scope, key)).toBe('absent');
+      const retried = await send(url, 'POST', '/ledger/strict/5', { key, body: { account } });
+      expect(retried.status).toBe(201);
+      expect(probe.count('strict')).toBe(2);
+      expect(await rows(account)).toBe(1);
+    });
+
+    it('a pipe that refuses before the handler began releases the key', async () => {
+      const key = randomUUID();
+      const account = randomUUID();
+      const refused = await send(url, 'POST', '/ledger/strict/five', { key, body: { account } });
+      expect(refused.status).toBe(400);
+      expect(probe.count('strict')).toBe(0);
+      expect(await recordState(scope, key)).toBe('absent');
+    });
+
+    it('a commit that fails: 503 without Retry-After, no row, and the record AMBIGUOUS', async () => {
+      const key = randomUUID();
+      const account = randomUUID();
+      const failed = await send(url, 'POST', '/ledger/strict/-1', { key, body: { account } });
+      expect(failed.status).toBe(503);
+      expect(failed.json()).toMatchObject({ code: 'idempotency-store-unavailable' });
+      expect(failed.json()).toMatchObject({
+        detail: expect.stringContaining('strict mode keeps the key'),
+      });
+      expect(failed.headers.get('retry-after')).toBeNull();
+      expect(await rows(account)).toBe(0);
+      expect(await recordState(scope, key)).toBe('AMBIGUOUS');
+      const retried = await send(url, 'POST', '/ledger/strict/-1', { key, body: { account } });
+      expect(retried.status).toBe(409);
+      expect(retried.json()).toMatchObject({ code: 'idempotency-outcome-unknown' });
+      expect(probe.count('strict')).toBe(1);
+    });
   });
 
   it('a request without a key (required: false) still runs in a transaction of its own', async () => {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { IdempotencyEngine } from 'nest-idempotency';
+import { IdempotencyEngine, IdempotencyNotExecutedError } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import type { DataSource, EntityManager } from 'typeorm';
 import { dropTable, mariadbAvailable, openMysqlDataSource, scratchTable } from '../support/mariadb';
@@ -71,6 +71,41 @@ describe.runIf(mariadbAvailable()).each(['mariadb', 'mysql'] as const)(
       ).rejects.toThrow('after the insert');
       expect(await rows(account)).toBe(1);
       expect(await store.find({ scope: 'ledger.post', key: failing })).toBeNull();
+    });
+
+    it('in strict mode, a throw after the action began rolls its insert back but leaves the record AMBIGUOUS; a not-executed error releases it', async () => {
+      const engine = new IdempotencyEngine(store, {
+        logger: { warn: () => undefined, error: () => undefined },
+      });
+      const policy = engine.policy({ scope: 'ledger.strict', onExpiredLease: 'refuse' });
+      const account = randomUUID();
+      const key = randomUUID();
+      let runs = 0;
+      const failing = async (manager: EntityManager) => {
+        runs++;
+        await manager.query(`INSERT INTO \`${entries}\` (account) VALUES (?)`, [account]);
+        throw new Error('the provider hung up');
+      };
+      await expect(engine.runInTransaction(policy, { key }, failing)).rejects.toThrow(
+        'the provider hung up',
+      );
+      expect(await rows(account)).toBe(0);
+      expect(await store.find({ scope: 'ledger.strict', key })).toMatchObject({
+        state: 'AMBIGUOUS',
+        ambiguousReason: 'action-failed',
+      });
+      await expect(engine.runInTransaction(policy, { key }, failing)).rejects.toMatchObject({
+        name: 'IdempotencyOutcomeUnknownException',
+      });
+      expect(runs).toBe(1);
+
+      const declined = randomUUID();
+      await expect(
+        engine.runInTransaction(policy, { key: declined }, async () => {
+          throw new IdempotencyNotExecutedError('declined before any effect');
+        }),
+      ).rejects.toThrow('declined before any effect');
+      expect(await store.find({ scope: 'ledger.strict', key: declined })).toBeNull();
     });
 
     it('wakes a waiter in this process once the transaction commits', async () => {

@@ -131,10 +131,18 @@ export class Execution {
    * - the commit fails: nothing happened; the record is released (fenced: a
    *   commit that did land in fact is left as it is) and a retriable
    *   `IdempotencyStoreUnavailableError` is thrown.
+   *
+   * Strict mode (`onExpiredLease: 'refuse'`) declares effects outside the
+   * database, which no rollback undoes: where the record would be released
+   * after the action began (`entered()`: an adapter's `HandlerEntry`), it
+   * becomes AMBIGUOUS instead, as `fail` makes it, unless the error says the
+   * action did not execute (`notExecuted`); a failed commit then throws
+   * `IdempotencyStoreUnavailableError` saying so, not "safe to retry".
    */
   async runInTransaction<Tx, T>(
     runner: TransactionRunner<Tx>,
     work: (tx: Tx) => Promise<{ value: T; payload: StoredPayload }>,
+    entered: () => boolean = () => true,
   ): Promise<T> {
     const transactional = this.context.store.transactional as
       TransactionalCompletion<Tx> | undefined;
@@ -180,6 +188,21 @@ export class Execution {
           during: 'complete',
         }));
         throw error;
+      }
+      if (
+        this.strictness?.strict &&
+        entered() &&
+        !(stage === 'work' && isNotExecuted(this.strictness, error, this.context.logger))
+      ) {
+        await this.markAmbiguousQuietly(
+          stage === 'work' ? 'threw after it began' : 'ran, but its transaction did not commit',
+        );
+        if (stage !== 'commit') throw error;
+        throw new IdempotencyStoreUnavailableError(
+          `the transaction for ${this.keyDigest} did not commit (${describeError(error)}); its database writes were rolled back, but strict mode cannot know what the action did outside the database, so its record is AMBIGUOUS until it is resolved`,
+          1000,
+          { cause: error },
+        );
       }
       await this.releaseQuietly(stage === 'commit' ? 'commit-failed' : 'action-failed');
       if (stage === 'commit') {
@@ -227,12 +250,12 @@ export class Execution {
     }
   }
 
-  private async markAmbiguousQuietly(): Promise<void> {
+  private async markAmbiguousQuietly(what = 'threw after it began'): Promise<void> {
     const { store, logger, emit } = this.context;
     try {
       await store.strictMode!.markAmbiguous(this.lease, 'action-failed');
       logger.warn(
-        `the action for ${this.keyDigest} threw after it began; strict mode makes its record AMBIGUOUS until it is resolved`,
+        `the action for ${this.keyDigest} ${what}; strict mode makes its record AMBIGUOUS until it is resolved`,
       );
       emit(() => ({
         type: 'ambiguous',

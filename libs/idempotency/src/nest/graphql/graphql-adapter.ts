@@ -124,14 +124,10 @@ export class GraphqlIdempotency {
     }
 
     const { execution } = begun;
-    if (plan.completion === 'transaction')
-      return this.inTransaction(
-        () => lastValueFrom(next.handle(), { defaultValue: undefined }),
-        plan,
-        execution,
-      );
-    let value: unknown;
     const entry = plan.policy.strict ? new HandlerEntry() : undefined;
+    if (plan.completion === 'transaction')
+      return this.inTransaction(() => handleNext(next, entry), plan, execution, entry);
+    let value: unknown;
     try {
       value = await (entry ? handleNext(next, entry) : run());
     } catch (error) {
@@ -200,6 +196,7 @@ export class GraphqlIdempotency {
     run: () => Promise<unknown>,
     plan: HandlerPlan,
     execution: Execution,
+    entry: HandlerEntry | undefined,
   ): Promise<unknown> {
     try {
       return await execution.runInTransaction(
@@ -217,6 +214,7 @@ export class GraphqlIdempotency {
           }
           return { value, payload };
         },
+        () => entry?.entered ?? true,
       );
     } catch (error) {
       if (error instanceof IdempotencyLeaseLostError) {
@@ -231,7 +229,9 @@ export class GraphqlIdempotency {
         this.logger.warn(`${plan.where}: ${error.message}`);
         throw graphqlRefusal(
           'idempotency-store-unavailable',
-          'the mutation did not commit; nothing happened; retry later',
+          plan.policy.strict
+            ? 'the mutation did not commit; its writes were rolled back, and strict mode keeps its key until the outcome is resolved'
+            : 'the mutation did not commit; nothing happened; retry later',
           error.retryAfterMs,
         );
       }
@@ -242,7 +242,7 @@ export class GraphqlIdempotency {
           `${plan.where}: the mutation's result could not be recorded for replay, so its writes were rolled back`,
         );
       }
-      throw error; // the resolver's own error: rolled back, and the key is free again
+      throw error; // the resolver's own error: rolled back, and the key free again (strict: AMBIGUOUS)
     }
   }
 

@@ -263,7 +263,8 @@ export class HttpIdempotency {
    * back, then completes the record with that response and commits. The
    * response goes out only after the commit: a client never sees an answer
    * whose writes could still roll back. Every failure rolls the handler's
-   * writes back and frees the key, so the answer is "nothing happened".
+   * writes back and frees the key, so the answer is "nothing happened"
+   * (strict mode: AMBIGUOUS once the handler began, see Execution.runInTransaction).
    */
   private async executeInTransaction(
     next: CallHandler,
@@ -285,12 +286,13 @@ export class HttpIdempotency {
       finished.resolve(response);
       return settled.promise;
     });
+    const entry = plan.policy.strict ? new HandlerEntry() : undefined;
     const transaction = execution.runInTransaction(
       this.transactions!.runnerFor(this.engine.store),
       async () => {
         let value: unknown;
         try {
-          value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+          value = await handleNext(next, entry);
         } catch (error) {
           returned.reject(error);
           throw error;
@@ -305,6 +307,7 @@ export class HttpIdempotency {
         const record = this.recordOf(plan, response);
         return { value: undefined, payload: encodeHttpResponse(record) };
       },
+      () => entry?.entered ?? true,
     );
     transaction.then(
       () => settled.resolve({ kind: 'as-finished' }),
@@ -327,7 +330,7 @@ export class HttpIdempotency {
       if (answeredEarly) {
         await transaction.catch(() => undefined);
         this.logger.warn(
-          `${plan.where}: the response was sent before the handler returned (an interceptor answered first); its transaction was rolled back and ${execution.keyDigest} released`,
+          `${plan.where}: the response was sent before the handler returned (an interceptor answered first); its transaction was rolled back and ${execution.keyDigest} ${plan.policy.strict ? 'made AMBIGUOUS (strict mode)' : 'released'}`,
         );
       }
     }
@@ -341,6 +344,12 @@ export class HttpIdempotency {
     response: FinishedResponse,
   ): Outgoing {
     let refusal: ReturnType<typeof problem>;
+    // Strict mode: the record is AMBIGUOUS (Execution.runInTransaction), so a retry is refused
+    // until someone resolves it; no Retry-After invites one.
+    const strict = plan.policy.strict;
+    const outcome = strict
+      ? 'its writes were rolled back, and strict mode keeps the key until the outcome is resolved'
+      : 'nothing happened';
     if (error instanceof IdempotencyLeaseLostError) {
       // A newer attempt holds the key; this one left nothing behind.
       refusal = problem(
@@ -354,7 +363,7 @@ export class HttpIdempotency {
       refusal = problem(
         500,
         'idempotency-result-not-storable',
-        'the response could not be recorded for replay, so the request was rolled back; nothing happened',
+        `the response could not be recorded for replay, so the request was rolled back; ${outcome}`,
       );
     } else {
       this.logger.warn(
@@ -363,8 +372,14 @@ export class HttpIdempotency {
       refusal = problem(
         503,
         'idempotency-store-unavailable',
-        'the request did not commit; nothing happened; retry later',
-        error instanceof IdempotencyStoreUnavailableError ? error.retryAfterMs : 1000,
+        strict
+          ? `the request did not commit; ${outcome}`
+          : 'the request did not commit; nothing happened; retry later',
+        strict
+          ? undefined
+          : error instanceof IdempotencyStoreUnavailableError
+            ? error.retryAfterMs
+            : 1000,
       );
     }
     return asOutgoing(refusal, this.settings.problemType, response);

@@ -227,11 +227,12 @@ export class MessageIdempotency {
     execution: Execution,
   ): Promise<unknown> {
     const exceptions = rpcExceptions();
+    const entry = plan.policy.strict ? new HandlerEntry() : undefined;
     try {
       return await execution.runInTransaction(
         this.transactions!.runnerFor(this.engine.store),
         async () => {
-          const value = await lastValueFrom(next.handle(), { defaultValue: undefined });
+          const value = await handleNext(next, entry);
           let payload: StoredPayload;
           try {
             payload = this.encode(value);
@@ -243,6 +244,7 @@ export class MessageIdempotency {
           }
           return { value, payload };
         },
+        () => entry?.entered ?? true,
       );
     } catch (error) {
       if (error instanceof IdempotencyLeaseLostError) {
@@ -259,7 +261,7 @@ export class MessageIdempotency {
         this.logger.error(`${plan.where}: ${error.message}`);
         return this.reject(context, plan, 'idempotency-result-not-storable', error.message);
       }
-      throw error; // the handler's own error: rolled back, and the key is free again
+      throw error; // the handler's own error: rolled back, and the key free again (strict: AMBIGUOUS)
     }
   }
 
