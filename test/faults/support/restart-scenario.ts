@@ -167,6 +167,8 @@ async function scenario(s: RestartScenario, local: Engine, app: Child): Promise<
       return token;
     });
     const httpCall = post('/held', httpKey, { tag });
+    // Awaited later; a failure before then must not surface as an unhandled rejection.
+    httpCall.catch(() => undefined);
     await entered.promise;
     await app.waitFor('the held handler', is.entered(tag), 10_000);
     const release = () => {
@@ -255,15 +257,25 @@ async function scenario(s: RestartScenario, local: Engine, app: Child): Promise<
   const restartedAt = Date.now();
   const restartMs = restartedAt - startedAt;
 
-  // 6. What survived: the completed records and the held ones (the completing pair may land any moment).
-  const survived = await Promise.all(
-    [
-      ...before.engine.map((k) => [ENGINE_SCOPE, k]),
-      ...before.http.map((k) => ['charges', k]),
-      [ENGINE_SCOPE, action.engineKey],
-      ['held', action.httpKey],
-    ].map(([scope, key]) => local.store.find({ scope, key })),
-  );
+  // 6. What survived: the completed records and the held ones (the completing pair may land any
+  // moment). The client reconnects on its own back-off (node-redis's default grows to 2 s plus
+  // jitter during the outage), so a read right after the restart may still be refused: retried.
+  const survived = await untilRecovered(
+    restartedAt,
+    () =>
+      Promise.all(
+        [
+          ...before.engine.map((k) => [ENGINE_SCOPE, k]),
+          ...before.http.map((k) => ['charges', k]),
+          [ENGINE_SCOPE, action.engineKey],
+          ['held', action.httpKey],
+        ].map(([scope, key]) => local.store.find({ scope, key })),
+      ).catch((error: unknown) => {
+        if (error instanceof IdempotencyStoreUnavailableError) return undefined;
+        throw error;
+      }),
+    (found) => found !== undefined,
+  ).then((found) => found!);
   const recordsLost = survived.filter((r) => r === null).length;
   if (s.durable) {
     expect(survived.map((r) => r?.state)).toEqual([

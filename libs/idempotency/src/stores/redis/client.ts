@@ -1,4 +1,5 @@
 import { IdempotencyStoreUnavailableError } from '../../core/errors';
+import { TopologyRefresh } from './topology';
 
 /**
  * The slice of node-redis (the `redis` package, v5 and v6) the store uses,
@@ -100,12 +101,14 @@ const READY_OPTIONS: RedisCommandOptions = { typeMapping: AS_BUFFERS };
  */
 export class RedisCommands {
   readonly cluster: boolean;
+  private readonly topology?: TopologyRefresh;
 
   constructor(
     readonly client: RedisIdempotencyClient,
     private readonly timeoutMs: number,
   ) {
     this.cluster = isCluster(client);
+    if (isCluster(client)) this.topology = new TopologyRefresh(client);
   }
 
   send(
@@ -119,7 +122,11 @@ export class RedisCommands {
     if (isCluster(client)) {
       return this.bounded(operation, timeoutMs, () =>
         client.sendCommand(key, false, args, { timeout: timeoutMs, typeMapping: AS_BUFFERS }),
-      );
+      ).catch((error: unknown) => {
+        // Unanswered: its shard's master may be gone, and a replica promoted in its place.
+        if (error instanceof IdempotencyStoreUnavailableError) this.topology!.request();
+        throw error;
+      });
     }
     // A ready client writes the command before the event loop's next turn
     // (setImmediate), so the store's own timer alone bounds it; one that is
