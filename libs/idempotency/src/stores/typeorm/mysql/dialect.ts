@@ -240,8 +240,11 @@ export class MysqlDialect implements Dialect {
       scope: loggedScope(record.scope),
       key: record.digest,
     };
-    // The first look teaches the scope's order (found: a peek alone settles it);
-    // later looks of this attempt follow a record that was there, and peek.
+    // The first look teaches the scope's order: a scope of fresh keys sends the plain
+    // insert first, one whose records are mostly there (replays) the peek. Either way
+    // a record the peek finds stealable (or, strict, to be moved) goes to `acquire`,
+    // the one statement that inserts, steals or moves under the row lock. Later looks
+    // of this attempt follow a record that was there, and peek.
     let first = true;
     return {
       end: () => watch?.dispose(),
@@ -253,20 +256,22 @@ export class MysqlDialect implements Dialect {
         first = false;
         try {
           const watched = watching ? watch : undefined;
-          if (peekFirst) {
-            const [row] = await this.query<LookRow[]>(
-              'acquire (peek)',
-              this.sql.peek,
-              values,
-              logged,
-            );
-            const settled = row && this.settledByPeek(row, watched);
-            learn?.(settled !== undefined);
-            if (settled) return settled;
+          if (!peekFirst) {
+            const ok = await this.query<MysqlOk>('acquire', this.sql.insert, values, logged);
+            const inserted = Number(ok.insertId) === INSERTED;
+            learn?.(!inserted);
+            if (inserted) return { kind: 'acquired' };
           }
-          const result = await this.look(values, logged, watched, strict, record);
-          if (!peekFirst) learn?.(result.kind === 'record');
-          return result;
+          const [row] = await this.query<LookRow[]>(
+            'acquire (peek)',
+            this.sql.peek,
+            values,
+            logged,
+          );
+          const settled = row && this.settledByPeek(row, watched);
+          if (peekFirst) learn?.(settled !== undefined);
+          // Settled by what is there; otherwise (gone since, or stealable) the acquire decides.
+          return settled ?? (await this.look(values, logged, watched, strict, record));
         } catch (error) {
           // Two acquirers deadlocked on the same new row: InnoDB rolled one back. Look again.
           if (isLockConflict(error)) return { kind: 'changed' };
@@ -282,6 +287,8 @@ export class MysqlDialect implements Dialect {
    * must decide: a lease or a result that ran out (stolen, or moved in strict mode).
    */
   private settledByPeek(row: LookRow, watch: WakeWatch | undefined): LookResult | undefined {
+    // This attempt's own insert, whatever its insert id said (only an explicit 3 counts).
+    if (row.state === 'IN_PROGRESS' && Number(row.mine) === 1) return { kind: 'acquired' };
     if (row.state === 'AMBIGUOUS') return ambiguousRecord(row, false);
     const leaseLeftMs = micros(row.lease_left_us) / 1000;
     const expiresLeftMs = micros(row.expires_left_us) / 1000;

@@ -27,6 +27,14 @@ export interface MysqlStatements {
   /** Undefined when `acquire` returns the row itself. */
   readBack?: Statement;
   /**
+   * A new record, or nothing: the minimum `INSERT … ON DUPLICATE KEY UPDATE`
+   * whose update clause only marks the insert id (3 inserted, 1 a row was
+   * there, left as it was). What an acquisition sends first in a scope of
+   * fresh keys; MariaDB evaluates `acquire`'s long update clause on every
+   * execution, which costs a new key about a fifth of the statement's rate.
+   */
+  insert: Statement;
+  /**
    * A consistent read of the row, no lock and no write: what an acquisition
    * sends first in a scope whose recent acquisitions found a record (replays).
    * It settles a live record (a replay, a mismatch, in flight) or an AMBIGUOUS
@@ -154,6 +162,12 @@ export function buildMysqlStatements(
       ? undefined
       : statement(`SELECT ${LOOK_COLUMNS} FROM ${t} WHERE id = {id}`, true),
     peek: statement(`SELECT ${strictColumns} FROM ${t} WHERE id = {id}`, true),
+    insert: statement(
+      `INSERT INTO ${t} (id, scope, \`key\`, state, lease_id, lease_expires_at, expires_at, fingerprint, created_at)
+    VALUES ({id}, {scope}, {key}, IF(LAST_INSERT_ID(3), 'IN_PROGRESS', 'IN_PROGRESS'), {lease}, ${nowPlusMs('leaseMs')}, ${nowPlusMs('ttlMs')}, {fingerprint}, ${NOW})
+    ON DUPLICATE KEY UPDATE lease_id = IF(LAST_INSERT_ID(1), lease_id, lease_id)`,
+      true,
+    ),
     acquireStrict: statement(
       options.returning ? `${acquireStrict}\n    RETURNING ${strictColumns}` : acquireStrict,
       true,
