@@ -254,11 +254,13 @@ export async function mariadbFloorSection(ctx: SectionContext): Promise<SectionR
             const id = recordIdOf(SCOPE, key);
             const lease = randomUUID();
             const look = { id, scope: SCOPE, key, lease, leaseMs: LEASE_MS, ttlMs: TTL_MS };
-            const rows = (await execStatement('store-sql', storeSql.acquire, {
+            // As the store sends it in a scope of fresh keys: the minimum insert.
+            const inserted = (await execStatement('store-sql', storeSql.insert, {
               ...look,
               fingerprint: null,
-            })) as RowDataPacket[];
-            if (Number(rows[0]?.mine) !== 1) throw new Error('store-sql: fresh key not acquired');
+            })) as ResultSetHeader;
+            if (Number(inserted.insertId) !== 3)
+              throw new Error('store-sql: fresh key not inserted');
             const done = (await execStatement('store-sql', storeSql.complete, {
               id,
               lease,
@@ -277,17 +279,12 @@ export async function mariadbFloorSection(ctx: SectionContext): Promise<SectionR
           ])) as RowDataPacket[];
           if (rows[0]?.state !== 'COMPLETE') throw new Error('floor: completed key not replayed');
         },
-        // As the store sends it for a completed key: the acquire, which writes nothing.
+        // As the store sends it in a scope of replays: the peek.
         'store-sql': async (caller, i) => {
           const key = pick('store-sql', caller, i);
-          const rows = (await execStatement('store-sql', storeSql.acquire, {
+          const rows = (await execStatement('store-sql', storeSql.peek, {
             id: recordIdOf(SCOPE, key),
-            scope: SCOPE,
-            key,
             lease: randomUUID(),
-            leaseMs: LEASE_MS,
-            ttlMs: TTL_MS,
-            fingerprint: null,
           })) as RowDataPacket[];
           if (rows[0]?.state !== 'COMPLETE')
             throw new Error('store-sql: completed key not replayed');
@@ -409,7 +406,7 @@ function mariadbFloorResult(
   if (withSql) {
     const q = cpu('store-sql');
     notes.push(
-      `Where the gap is: the store's own statements through a plain mysql2 pool run at ${ratiosOf(firsts['store-sql'], firsts.floor).median.toFixed(2)} of the floor for first executions and ${ratiosOf(replays['store-sql'], replays.floor).median.toFixed(2)} for replays (MariaDB CPU ${us(q.first.server)} and ${us(q.replay.server)} per operation); the store runs at ${ratiosOf(firsts.store, firsts['store-sql']).median.toFixed(2)} and ${ratiosOf(replays.store, replays['store-sql']).median.toFixed(2)} of its own SQL sent that way (Node CPU ${us(s.first.node)} against ${us(q.first.node)} per first execution, ${us(s.replay.node)} against ${us(q.replay.node)} per replay). The first split is the SQL (an acquiring INSERT … ON DUPLICATE KEY UPDATE … RETURNING that reads the times back as TIMESTAMPDIFF, where the floor inserts and, for a replay, SELECTs), the second the library's work in Node and TypeORM's.`,
+      `Where the gap is: the store's own statements through a plain mysql2 pool run at ${ratiosOf(firsts['store-sql'], firsts.floor).median.toFixed(2)} of the floor for first executions and ${ratiosOf(replays['store-sql'], replays.floor).median.toFixed(2)} for replays (MariaDB CPU ${us(q.first.server)} and ${us(q.replay.server)} per operation); the store runs at ${ratiosOf(firsts.store, firsts['store-sql']).median.toFixed(2)} and ${ratiosOf(replays.store, replays['store-sql']).median.toFixed(2)} of its own SQL sent that way (Node CPU ${us(s.first.node)} against ${us(q.first.node)} per first execution, ${us(s.replay.node)} against ${us(q.replay.node)} per replay). The first split is the SQL (the store's minimum insert marks the insert id with LAST_INSERT_ID, its peek reads the times back as TIMESTAMPDIFF and the AMBIGUOUS columns), the second the library's work in Node and TypeORM's.`,
     );
   }
   return {
@@ -428,7 +425,7 @@ function mariadbFloorResult(
         : []),
     ],
     method: [
-      `${section}: ${config.concurrency} callers, pool ${config.pool} on every side (connections kept open), one InnoDB table (the store's, created by \`ensureSchema\`). The floor is the minimum SQL on MariaDB: a first execution is one prepared \`INSERT … ON DUPLICATE KEY UPDATE id = id\` (the new IN_PROGRESS record, times from UTC_TIMESTAMP(6)) and one prepared \`UPDATE … WHERE id = ? AND lease_id = ? AND state = 'IN_PROGRESS'\` (the fenced completion storing the payload); a replay is one prepared \`SELECT\` of the record's columns by primary key; it computes the same sha256 record id, a fresh lease UUID and the same payload bytes as the store. The store runs through \`IdempotencyEngine.run\` on a \`mariadb\` DataSource (prepared statements, RETURNING). ${withSql ? `Diagnostic: ${LABELS['store-sql']} (its acquire and complete for a fresh key, its acquire for a replay). ` : ''}${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of ${variants.join(' / ')}, ${config.seconds} s each; a ratio is the median of the rounds' ratios (store ÷ floor in the same round). MariaDB CPU: utime + stime from /proc of the server threads serving each side's connections (one thread per connection; found by connection id in information_schema.PROCESSLIST), and of the whole mariadbd process beside it (InnoDB's background threads, and other users of the machine's server, included); Node: \`process.cpuUsage()\`.`,
+      `${section}: ${config.concurrency} callers, pool ${config.pool} on every side (connections kept open), one InnoDB table (the store's, created by \`ensureSchema\`). The floor is the minimum SQL on MariaDB: a first execution is one prepared \`INSERT … ON DUPLICATE KEY UPDATE id = id\` (the new IN_PROGRESS record, times from UTC_TIMESTAMP(6)) and one prepared \`UPDATE … WHERE id = ? AND lease_id = ? AND state = 'IN_PROGRESS'\` (the fenced completion storing the payload); a replay is one prepared \`SELECT\` of the record's columns by primary key; it computes the same sha256 record id, a fresh lease UUID and the same payload bytes as the store. The store runs through \`IdempotencyEngine.run\` on a \`mariadb\` DataSource (prepared statements); the scope's recent acquisitions decide its first statement (the minimum insert for fresh keys, the peek for replays). ${withSql ? `Diagnostic: ${LABELS['store-sql']} (its insert and complete for a fresh key, its peek for a replay). ` : ''}${config.warmupSeconds} s warm-up each, then ${config.rounds} rounds of ${variants.join(' / ')}, ${config.seconds} s each; a ratio is the median of the rounds' ratios (store ÷ floor in the same round). MariaDB CPU: utime + stime from /proc of the server threads serving each side's connections (one thread per connection; found by connection id in information_schema.PROCESSLIST), and of the whole mariadbd process beside it (InnoDB's background threads, and other users of the machine's server, included); Node: \`process.cpuUsage()\`.`,
     ],
     notes,
   };

@@ -234,12 +234,15 @@ export class MysqlDialect implements Dialect {
       ttlMs: request.ttlMs,
       fingerprint: request.fingerprint,
     };
-    const logged = {
-      ...values,
-      id: record.idHex,
-      scope: loggedScope(record.scope),
-      key: record.digest,
-    };
+    // What query logging shows instead of the key: built once, and only for a logger that logs.
+    let shown: Record<string, unknown> | undefined;
+    const logged = () =>
+      (shown ??= {
+        ...values,
+        id: record.idHex,
+        scope: loggedScope(record.scope),
+        key: record.digest,
+      });
     // The first look teaches the scope's order: a scope of fresh keys sends the plain
     // insert first, one whose records are mostly there (replays) the peek. Either way
     // a record the peek finds stealable (or, strict, to be moved) goes to `acquire`,
@@ -298,7 +301,7 @@ export class MysqlDialect implements Dialect {
 
   private async look(
     values: Record<string, unknown>,
-    logged: Record<string, unknown>,
+    logged: () => Record<string, unknown>,
     watch: WakeWatch | undefined,
     strict: boolean,
     record: RecordRef,
@@ -326,7 +329,7 @@ export class MysqlDialect implements Dialect {
           'acquire',
           sql.ambiguousRead,
           { id: values.id },
-          { id: logged.id },
+          { id: record.idHex },
         );
         // Resolved since: look again.
         if (row?.state !== 'AMBIGUOUS') return { kind: 'changed' };
@@ -523,12 +526,16 @@ export class MysqlDialect implements Dialect {
     return this.query('ensureSchema', plain(text), []);
   }
 
-  /** `values` by name for a built statement, or in order for a `plain` one. */
+  /**
+   * `values` by name for a built statement, or in order for a `plain` one;
+   * `logged`, what query logging shows in their place (or a function that
+   * makes it, called only when the DataSource's logger logs queries).
+   */
   private async query<T>(
     operation: string,
     statement: Statement,
     values: Record<string, unknown> | unknown[],
-    logged: Record<string, unknown> | unknown[] = values,
+    logged: Record<string, unknown> | unknown[] | (() => Record<string, unknown>) = values,
   ): Promise<T> {
     const positional = (given: Record<string, unknown> | unknown[]) =>
       Array.isArray(given) ? given : bind(statement, given);
@@ -541,7 +548,7 @@ export class MysqlDialect implements Dialect {
           operation,
           text: statement.text,
           values: positional(values),
-          logged: positional(logged),
+          logged: () => positional(typeof logged === 'function' ? logged() : logged),
           prepared: statement.hot && this.context.preparedStatements,
         },
       );

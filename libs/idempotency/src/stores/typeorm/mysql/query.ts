@@ -1,5 +1,6 @@
 import type { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
+import { logsQueries } from '../query-log';
 import { isMysqlUnavailable } from './unavailable';
 
 /*
@@ -66,9 +67,10 @@ export interface MysqlStoreQuery {
   prepared: boolean;
   /**
    * What the DataSource's logger is shown in place of `values`: keys and
-   * payloads replaced, so query logging never prints a raw key or a stored body.
+   * payloads replaced, so query logging never prints a raw key or a stored
+   * body. Called only for a logger that logs queries (or for an error).
    */
-  logged: unknown[];
+  logged: () => unknown[];
 }
 
 /**
@@ -86,7 +88,8 @@ export function mysqlStoreQuery<T>(
   product: string,
   query: MysqlStoreQuery,
 ): Promise<T> {
-  dataSource.logger.logQuery(query.text, query.logged);
+  const logger = dataSource.logger;
+  if (logsQueries(logger)) logger.logQuery(query.text, query.logged());
   const connector = connectorOf(dataSource);
   if (!connector) {
     return Promise.reject(
@@ -97,10 +100,10 @@ export function mysqlStoreQuery<T>(
   }
   return sendRetryingDeadlocks<T>(connector, query, timeoutMs, product, dataSource).catch(
     (error: unknown) => {
-      dataSource.logger.logQueryError(
+      logger.logQueryError(
         error instanceof Error ? error : String(error),
         query.text,
-        query.logged,
+        query.logged(),
       );
       throw error;
     },

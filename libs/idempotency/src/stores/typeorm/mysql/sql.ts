@@ -53,9 +53,15 @@ export const NOW = 'UTC_TIMESTAMP(6)';
 /** `NOW` plus a number of milliseconds given as the parameter `{name}`. */
 export const nowPlusMs = (name: string) => `(${NOW} + INTERVAL ({${name}} * 1000) MICROSECOND)`;
 
-/** A DATETIME(6) in UTC as microseconds since the epoch (no time zone applies to the arithmetic). */
+/**
+ * A DATETIME(6) in UTC as microseconds since the epoch (no time zone applies
+ * to the arithmetic). As a DOUBLE (`+ 0e0`), exact below 2^53 µs (the year
+ * 2255), which the binary protocol sends as 8 bytes: a BIGINT would reach
+ * Node as a decimal string (TypeORM asks mysql2 for big numbers as strings).
+ */
 export const epochMicros = (column: string) =>
-  `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ${column})`;
+  `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ${column}) + 0e0)`;
 
-/** Microseconds from now until a DATETIME(6) (negative once it passed). */
-export const microsLeft = (column: string) => `TIMESTAMPDIFF(MICROSECOND, ${NOW}, ${column})`;
+/** Microseconds from now until a DATETIME(6) (negative once it passed), as a DOUBLE. */
+export const microsLeft = (column: string) =>
+  `(TIMESTAMPDIFF(MICROSECOND, ${NOW}, ${column}) + 0e0)`;
