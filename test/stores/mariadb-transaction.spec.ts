@@ -106,6 +106,18 @@ describe.runIf(mariadbAvailable()).each(['mariadb', 'mysql'] as const)(
         }),
       ).rejects.toThrow('declined before any effect');
       expect(await store.find({ scope: 'ledger.strict', key: declined })).toBeNull();
+
+      // A transaction that never began (the runner fails before the action): nothing ran.
+      const unbegun = randomUUID();
+      await expect(
+        engine.runInTransaction(policy, { key: unbegun }, failing, {
+          transaction: async () => {
+            throw new Error('no connection for BEGIN');
+          },
+        }),
+      ).rejects.toThrow('no connection for BEGIN');
+      expect(await store.find({ scope: 'ledger.strict', key: unbegun })).toBeNull();
+      expect(runs).toBe(1);
     });
 
     it('wakes a waiter in this process once the transaction commits', async () => {

@@ -152,9 +152,12 @@ export class Execution {
       );
     }
     let stage = 'work' as 'work' | 'complete' | 'commit';
+    // Whether the runner called `work` at all (it may fail to begin its transaction).
+    let began = false;
     let lost = false as boolean;
     try {
       const value = await runner(async (tx) => {
+        began = true;
         const { value, payload } = await work(tx);
         stage = 'complete';
         this.settle(); // from here a refused heartbeat may be our own completion
@@ -191,15 +194,26 @@ export class Execution {
       }
       if (
         this.strictness?.strict &&
+        began &&
         entered() &&
         !(stage === 'work' && isNotExecuted(this.strictness, error, this.context.logger))
       ) {
-        await this.markAmbiguousQuietly(
+        const kept = await this.markAmbiguousQuietly(
           stage === 'work' ? 'threw after it began' : 'ran, but its transaction did not commit',
         );
         if (stage !== 'commit') throw error;
+        if (kept) {
+          throw markKeyKept(
+            new IdempotencyStoreUnavailableError(
+              `the transaction for ${this.keyDigest} did not commit (${describeError(error)}); strict mode cannot know what the action did outside the database, so its record is AMBIGUOUS until it is resolved`,
+              1000,
+              { cause: error },
+            ),
+          );
+        }
+        // Not ours to mark: the commit landed after all (or a newer owner holds the key).
         throw new IdempotencyStoreUnavailableError(
-          `the transaction for ${this.keyDigest} did not commit (${describeError(error)}); its database writes were rolled back, but strict mode cannot know what the action did outside the database, so its record is AMBIGUOUS until it is resolved`,
+          `the transaction for ${this.keyDigest} reported a failure (${describeError(error)}) but may have committed: its record is no longer in progress; a retry gets what it holds`,
           1000,
           { cause: error },
         );
@@ -250,7 +264,13 @@ export class Execution {
     }
   }
 
-  private async markAmbiguousQuietly(what = 'threw after it began'): Promise<void> {
+  /**
+   * False when the record was no longer this execution's to mark (its lease
+   * was lost, or its completion landed after all); true otherwise, including
+   * when the mark failed (the record stays IN_PROGRESS until its lease lapses,
+   * and then becomes AMBIGUOUS).
+   */
+  private async markAmbiguousQuietly(what = 'threw after it began'): Promise<boolean> {
     const { store, logger, emit } = this.context;
     try {
       await store.strictMode!.markAmbiguous(this.lease, 'action-failed');
@@ -271,13 +291,14 @@ export class Execution {
           keyDigest: this.keyDigest,
           during: 'mark-ambiguous',
         }));
-        return;
+        return false;
       }
       // Still IN_PROGRESS: once its lease runs out, the next contender finds it AMBIGUOUS.
       logger.warn(
         `marking ${this.keyDigest} AMBIGUOUS failed; its lease will lapse and the next attempt finds it AMBIGUOUS: ${describeError(error)}`,
       );
     }
+    return true;
   }
 
   private settle(): void {
@@ -422,4 +443,21 @@ export class Execution {
 
 export function describeError(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}
+
+/**
+ * Set on the error a strict-mode transactional execution throws when its
+ * commit failed and its record was made AMBIGUOUS: the key is kept until the
+ * outcome is resolved, so adapters answer without inviting a retry.
+ */
+const KEY_KEPT = Symbol('nest-idempotency.key-kept');
+
+function markKeyKept<E extends object>(error: E): E {
+  Object.defineProperty(error, KEY_KEPT, { value: true, enumerable: false });
+  return error;
+}
+
+/** True for the error of a failed strict-mode commit whose record is now AMBIGUOUS. */
+export function keptAmbiguous(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && KEY_KEPT in error;
 }

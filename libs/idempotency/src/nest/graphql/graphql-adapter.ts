@@ -19,7 +19,7 @@ import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
 import { decodeValue, encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
-import type { Execution } from '../../core/execution';
+import { keptAmbiguous, type Execution } from '../../core/execution';
 import type { HandlerPlan } from '../handler-plan';
 import { readKeyHeader } from '../http/key-header';
 import type { StoredRpcResult } from '../idempotency.options';
@@ -227,13 +227,17 @@ export class GraphqlIdempotency {
       }
       if (error instanceof IdempotencyStoreUnavailableError) {
         this.logger.warn(`${plan.where}: ${error.message}`);
-        throw graphqlRefusal(
-          'idempotency-store-unavailable',
-          plan.policy.strict
-            ? 'the mutation did not commit; its writes were rolled back, and strict mode keeps its key until the outcome is resolved'
-            : 'the mutation did not commit; nothing happened; retry later',
-          error.retryAfterMs,
-        );
+        // Strict mode: its record AMBIGUOUS, the key is kept; nothing invites a retry.
+        throw keptAmbiguous(error)
+          ? graphqlRefusal(
+              'idempotency-store-unavailable',
+              'the mutation did not commit; its writes were rolled back, and strict mode keeps its key until the outcome is resolved',
+            )
+          : graphqlRefusal(
+              'idempotency-store-unavailable',
+              'the mutation did not commit; nothing happened; retry later',
+              error.retryAfterMs,
+            );
       }
       if (error instanceof IdempotencyPayloadError) {
         this.logger.error(`${plan.where}: ${error.message}`);

@@ -15,7 +15,7 @@ import {
   IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from '../../core/errors';
-import type { Execution } from '../../core/execution';
+import { keptAmbiguous, type Execution } from '../../core/execution';
 import type { IdempotencyEvent } from '../../core/events';
 import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
@@ -330,7 +330,7 @@ export class HttpIdempotency {
       if (answeredEarly) {
         await transaction.catch(() => undefined);
         this.logger.warn(
-          `${plan.where}: the response was sent before the handler returned (an interceptor answered first); its transaction was rolled back and ${execution.keyDigest} ${plan.policy.strict ? 'made AMBIGUOUS (strict mode)' : 'released'}`,
+          `${plan.where}: the response was sent before the handler returned (an interceptor answered first); its transaction was rolled back and ${execution.keyDigest} ${plan.policy.strict && entry?.entered ? 'made AMBIGUOUS (strict mode)' : 'released'}`,
         );
       }
     }
@@ -344,9 +344,13 @@ export class HttpIdempotency {
     response: FinishedResponse,
   ): Outgoing {
     let refusal: ReturnType<typeof problem>;
-    // Strict mode: the record is AMBIGUOUS (Execution.runInTransaction), so a retry is refused
-    // until someone resolves it; no Retry-After invites one.
-    const strict = plan.policy.strict;
+    // Strict mode, the commit failed after the handler ran: the record is AMBIGUOUS
+    // (Execution.runInTransaction), so a retry is refused until someone resolves it; no
+    // Retry-After invites one. (A result that cannot be stored leaves it AMBIGUOUS too.)
+    const strict =
+      keptAmbiguous(error) ||
+      (plan.policy.strict &&
+        (error instanceof IdempotencyPayloadError || error instanceof NotStorable));
     const outcome = strict
       ? 'its writes were rolled back, and strict mode keeps the key until the outcome is resolved'
       : 'nothing happened';

@@ -17,7 +17,7 @@ import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
 import { decodeValue, encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
-import type { Execution } from '../../core/execution';
+import { keptAmbiguous, type Execution } from '../../core/execution';
 import type { HandlerPlan } from '../handler-plan';
 import type { StoredRpcResult } from '../idempotency.options';
 import type { RpcKeySource } from '../handler-options';
@@ -251,6 +251,11 @@ export class MessageIdempotency {
         // Another attempt holds the key now; this one left nothing behind.
         settleDelivery(context, plan.rmq!, 'inFlight', TAKEN_OVER_RETRY_MS);
         throw exceptions.inFlight(TAKEN_OVER_RETRY_MS, plan.policy.scope, execution.keyDigest);
+      }
+      if (keptAmbiguous(error)) {
+        // Strict mode: the commit failed after the handler ran; a redelivery would only be
+        // refused as AMBIGUOUS, so the delivery is settled as refused now.
+        return this.reject(context, plan, 'idempotency-outcome-unknown', (error as Error).message);
       }
       if (error instanceof IdempotencyStoreUnavailableError) {
         this.logger.warn(`${plan.where}: ${error.message}`);

@@ -88,15 +88,20 @@ const BLOB_STRING = 36;
  */
 export const AS_BUFFERS: RedisCommandOptions['typeMapping'] = { [BLOB_STRING]: Buffer };
 
-/** A command on a ready standalone client: see `RedisCommands.send`. */
-const READY_OPTIONS: RedisCommandOptions = { typeMapping: AS_BUFFERS };
+/**
+ * A command on a ready standalone client: see `RedisCommands.send`. `timeout: 0`
+ * overrides the client's own default (node-redis 6 gives every command 5 s
+ * unless told otherwise; an application's `commandOptions.timeout` too), and
+ * node-redis then makes no abort signal for it.
+ */
+const READY_OPTIONS: RedisCommandOptions = { timeout: 0, typeMapping: AS_BUFFERS };
 
 /**
  * One command on the application's client, routed by `key` on a Cluster (the
  * client follows MOVED and ASK itself), given up after `timeoutMs` with
  * `IdempotencyStoreUnavailableError`. node-redis drops the command if it was
  * still queued by then (a client reconnecting queues commands; on a standalone
- * client, one sent while it was ready is written within the turn and not dropped); one
+ * client, one sent while it was ready is not dropped); one
  * already written may still run on the server.
  */
 export class RedisCommands {
@@ -128,10 +133,12 @@ export class RedisCommands {
         throw error;
       });
     }
-    // A ready client writes the command before the event loop's next turn
-    // (setImmediate), so the store's own timer alone bounds it; one that is
+    // A ready client normally writes the command before the event loop's next
+    // turn (setImmediate), so the store's own timer alone bounds it; one that is
     // reconnecting queues it, and node-redis's timeout then drops it from the
-    // queue when the store gives up. Given a timeout, node-redis makes an
+    // queue when the store gives up. (A ready client can still hold a command
+    // back, behind a full socket buffer: it may then run after the store gave up,
+    // as one already written may.) Given a timeout, node-redis makes an
     // AbortSignal.timeout per command, about 20 µs on the hot path.
     const commandOptions = client.isReady
       ? READY_OPTIONS

@@ -24,8 +24,9 @@ interface SlotMap {
  * back (fault case 10 on the Nest 11 stack). The refresh goes through the
  * client's slot map (`_slots.rediscover`, the method node-redis itself calls
  * on MOVED), feature-detected: on a client without it nothing happens. It
- * starts from a master whose connection is ready, at most once a second, and
- * its failures are ignored (the next unanswered command asks again).
+ * starts from a master whose connection is ready, picked at random, with a
+ * copy of its options, at most once a second, and its failures are ignored
+ * (the next unanswered command asks again).
  */
 export class TopologyRefresh {
   private lastAt = -Infinity;
@@ -38,14 +39,20 @@ export class TopologyRefresh {
     if (typeof slots?.rediscover !== 'function') return;
     const now = Date.now();
     if (this.running || now - this.lastAt < REFRESH_INTERVAL_MS) return;
-    const live = (this.client.masters as ReadonlyArray<ListedNode>).find(
+    // A connected master at random, so that a master that looks connected but is not (a
+    // half-open socket) does not answer every refresh.
+    const ready = (this.client.masters as ReadonlyArray<ListedNode>).filter(
       (node) => node.client?.isReady && node.client.options !== undefined,
-    )?.client;
-    if (!live) return;
+    );
+    if (ready.length === 0) return;
+    const live = ready[Math.floor(Math.random() * ready.length)].client!;
     this.lastAt = now;
     this.running = true;
+    // node-redis rewrites the options it discovers with (its node clients' own socket and
+    // command options): it gets a copy, never the live client's own objects.
+    const options = live.options as { socket?: object } | undefined;
     slots
-      .rediscover(live)
+      .rediscover({ options: { ...options, socket: { ...options?.socket } } })
       .catch(() => undefined)
       .finally(() => {
         this.running = false;

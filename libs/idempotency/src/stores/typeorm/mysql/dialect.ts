@@ -91,11 +91,12 @@ interface ServerRow {
  * MySQL and MariaDB through the mysql2 pool under a `mysql` or `mariadb`
  * DataSource.
  *
- * - Acquisition is one `INSERT … ON DUPLICATE KEY UPDATE` whose assignments
- *   steal only a stealable row. A `mariadb` DataSource on MariaDB 10.5+ reads
- *   the row back in the same statement (RETURNING); otherwise the insert id
- *   says what happened and a second statement reads the row only when it was
- *   left alone (a replay, or a record in flight).
+ * - Acquisition starts, per scope, with the minimum insert (fresh keys) or a
+ *   locking-free peek (replays); a record found stealable goes to one
+ *   `INSERT … ON DUPLICATE KEY UPDATE` whose assignments steal only a
+ *   stealable row. A `mariadb` DataSource on MariaDB 10.5+ has that statement
+ *   read the row back itself (RETURNING); otherwise the insert id says what
+ *   happened and a second statement reads the row when it was left alone.
  * - Waiting duplicates on this instance are woken in process by complete and
  *   release; those on other instances by ./wake-poller.ts.
  * - Strict mode (`onExpiredLease: 'refuse'`) sends `acquireStrict` instead,
