@@ -198,9 +198,7 @@ export class Execution {
         entered() &&
         !(stage === 'work' && isNotExecuted(this.strictness, error, this.context.logger))
       ) {
-        const kept = await this.markAmbiguousQuietly(
-          stage === 'work' ? 'threw after it began' : 'ran, but its transaction did not commit',
-        );
+        const kept = await this.markAmbiguousQuietly(stage !== 'work');
         if (stage !== 'commit') throw error;
         if (kept) {
           throw markKeyKept(
@@ -270,12 +268,14 @@ export class Execution {
    * when the mark failed (the record stays IN_PROGRESS until its lease lapses,
    * and then becomes AMBIGUOUS).
    */
-  private async markAmbiguousQuietly(what = 'threw after it began'): Promise<boolean> {
+  private async markAmbiguousQuietly(uncommitted = false): Promise<boolean> {
     const { store, logger, emit } = this.context;
     try {
       await store.strictMode!.markAmbiguous(this.lease, 'action-failed');
       logger.warn(
-        `the action for ${this.keyDigest} ${what}; strict mode makes its record AMBIGUOUS until it is resolved`,
+        uncommitted
+          ? `the action for ${this.keyDigest} ran, but its transaction did not commit; strict mode makes its record AMBIGUOUS until it is resolved`
+          : `the action for ${this.keyDigest} threw after it began; strict mode makes its record AMBIGUOUS until it is resolved`,
       );
       emit(() => ({
         type: 'ambiguous',
