@@ -24,8 +24,7 @@ import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
  * `noAck: true` is never acked (which would close its channel).
  */
 const AMQP_URL = process.env.IDEMPOTENCY_TEST_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
-const describeWithBroker =
-  process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available' ? describe : describe.skip;
+const describeWithBroker = describe.runIf(process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available');
 
 const runs = new Map<string, number>();
 const gates = new Map<string, { entered: Gate; release: Gate }>();

@@ -20,8 +20,7 @@ import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
 const AMQP_URL = process.env.IDEMPOTENCY_TEST_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 // globalSetup probes the broker; CI makes an unreachable one fatal there.
-const describeWithBroker =
-  process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available' ? describe : describe.skip;
+const describeWithBroker = describe.runIf(process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available');
 
 const runs = new Map<string, number>();
 

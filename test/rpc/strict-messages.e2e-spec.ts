@@ -176,8 +176,7 @@ describe('strict mode on Kafka handlers, through Nest ServerKafka', () => {
 });
 
 const AMQP_URL = process.env.IDEMPOTENCY_TEST_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
-const describeWithBroker =
-  process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available' ? describe : describe.skip;
+const describeWithBroker = describe.runIf(process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available');
 const settlements = observeSettlements();
 const handled = new EventEmitter();
 
