@@ -393,19 +393,24 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
   });
 
   describe('round trips, counted in the driver', () => {
+    /** A store on a one-connection pool, and `run(key)`: one engine call in scope 'orders'. */
+    async function ordersOnOneConnection(type: 'mariadb' | 'mysql') {
+      const dataSource = await newDataSource({ type, poolSize: 1 });
+      const store = newStore(dataSource, { table: newTable(), ensureSchema: true });
+      await store.init();
+      const engine = new IdempotencyEngine(store, { logger: quiet });
+      const run = (key: string) =>
+        engine.execute(
+          { scope: 'orders', key, lease: '30s', waitTimeout: '10s', ttl: '1h' },
+          async () => ({ id: key }),
+        );
+      return { dataSource, run };
+    }
+
     it.each(['mariadb', 'mysql'] as const)(
       'on a %s DataSource: 2 round trips for a first execution (insert, complete); 2 for a replay in a scope of fresh keys (insert, peek)',
       async (type) => {
-        const table = newTable();
-        const dataSource = await newDataSource({ type, poolSize: 1 });
-        const store = newStore(dataSource, { table, ensureSchema: true });
-        await store.init();
-        const engine = new IdempotencyEngine(store, { logger: quiet });
-        const run = (key: string) =>
-          engine.execute(
-            { scope: 'orders', key, lease: '30s', waitTimeout: '10s', ttl: '1h' },
-            async () => ({ id: key }),
-          );
+        const { dataSource, run } = await ordersOnOneConnection(type);
         await run('warm-up'); // prepares the statements on the pool's one connection
         await run('warm-up');
         const { sent, stop } = await countCommands(dataSource);
@@ -432,16 +437,7 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
     it.each(['mariadb', 'mysql'] as const)(
       'on a %s DataSource: once most of a scope finds its record, a replay is one locking-free SELECT and a fresh key there costs one more',
       async (type) => {
-        const table = newTable();
-        const dataSource = await newDataSource({ type, poolSize: 1 });
-        const store = newStore(dataSource, { table, ensureSchema: true });
-        await store.init();
-        const engine = new IdempotencyEngine(store, { logger: quiet });
-        const run = (key: string) =>
-          engine.execute(
-            { scope: 'orders', key, lease: '30s', waitTimeout: '10s', ttl: '1h' },
-            async () => ({ id: key }),
-          );
+        const { dataSource, run } = await ordersOnOneConnection(type);
         await run('first');
         // Replays teach the scope that its acquisitions find a record.
         for (let i = 0; i < 8; i++) await run('first');

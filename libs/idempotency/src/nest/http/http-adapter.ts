@@ -347,11 +347,11 @@ export class HttpIdempotency {
     // Strict mode, the commit failed after the handler ran: the record is AMBIGUOUS
     // (Execution.runInTransaction), so a retry is refused until someone resolves it; no
     // Retry-After invites one. (A result that cannot be stored leaves it AMBIGUOUS too.)
-    const strict =
+    const kept =
       keptAmbiguous(error) ||
       (plan.policy.strict &&
         (error instanceof IdempotencyPayloadError || error instanceof NotStorable));
-    const outcome = strict
+    const outcome = kept
       ? 'its writes were rolled back, and strict mode keeps the key until the outcome is resolved'
       : 'nothing happened';
     if (error instanceof IdempotencyLeaseLostError) {
@@ -376,10 +376,10 @@ export class HttpIdempotency {
       refusal = problem(
         503,
         'idempotency-store-unavailable',
-        strict
+        kept
           ? `the request did not commit; ${outcome}`
           : 'the request did not commit; nothing happened; retry later',
-        strict
+        kept
           ? undefined
           : error instanceof IdempotencyStoreUnavailableError
             ? error.retryAfterMs

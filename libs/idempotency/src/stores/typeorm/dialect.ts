@@ -121,3 +121,29 @@ export interface DialectContext {
   /** The store's waiters: a dialect wakes them (NOTIFY, or in process and by polling). */
   readonly waiters: WaiterRegistry;
 }
+
+/**
+ * An AMBIGUOUS record as a look reports it, in every dialect: no lease, no
+ * payload; `transitioned` when this very look moved it there.
+ */
+export function ambiguousLook(
+  fingerprint: string | null,
+  since: Date | null,
+  reason: AmbiguityReason | null,
+  transitioned: boolean,
+): LookResult {
+  return {
+    kind: 'record',
+    record: {
+      state: 'AMBIGUOUS',
+      fingerprint,
+      leaseLeftMs: 0,
+      expiresLeftMs: 0,
+      payload: null,
+      completedAt: null,
+      ambiguousSince: since,
+      ambiguousReason: reason,
+      transitioned,
+    },
+  };
+}

@@ -21,6 +21,7 @@ import type {
   RecordRef,
   SqlLease,
 } from '../dialect';
+import { ambiguousLook } from '../dialect';
 import type { TableName } from '../table';
 import { AcquireOrder } from '../acquire-order';
 import { loggedScope } from '../query-log';
@@ -293,7 +294,7 @@ export class MysqlDialect implements Dialect {
   private settledByPeek(row: LookRow, watch: WakeWatch | undefined): LookResult | undefined {
     // This attempt's own insert, whatever its insert id said (only an explicit 3 counts).
     if (row.state === 'IN_PROGRESS' && Number(row.mine) === 1) return { kind: 'acquired' };
-    if (row.state === 'AMBIGUOUS') return ambiguousRecord(row, false);
+    if (row.state === 'AMBIGUOUS') return ambiguousRow(row, false);
     const leaseLeftMs = micros(row.lease_left_us) / 1000;
     const expiresLeftMs = micros(row.expires_left_us) / 1000;
     if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) return undefined;
@@ -335,7 +336,7 @@ export class MysqlDialect implements Dialect {
         // Resolved since: look again.
         if (row?.state !== 'AMBIGUOUS') return { kind: 'changed' };
       }
-      return ambiguousRecord(row, mine);
+      return ambiguousRow(row, mine);
     }
     if (mine) return { kind: 'acquired' };
     const leaseLeftMs = micros(row.lease_left_us) / 1000;
@@ -619,22 +620,14 @@ function describe(error: unknown): string {
   return String(error);
 }
 
-/** An AMBIGUOUS record as a look reports it; `moved`: this very statement moved it there. */
-function ambiguousRecord(row: LookRow, moved: boolean): LookResult {
-  return {
-    kind: 'record',
-    record: {
-      state: 'AMBIGUOUS',
-      fingerprint: row.fingerprint,
-      leaseLeftMs: 0,
-      expiresLeftMs: 0,
-      payload: null,
-      completedAt: null,
-      ambiguousSince: dateOf(row.ambiguous_since_us ?? null),
-      ambiguousReason: row.ambiguous_reason ?? null,
-      transitioned: moved,
-    },
-  };
+/** An AMBIGUOUS row as a look reports it; `moved`: this very statement moved it there. */
+function ambiguousRow(row: LookRow, moved: boolean): LookResult {
+  return ambiguousLook(
+    row.fingerprint,
+    dateOf(row.ambiguous_since_us ?? null),
+    row.ambiguous_reason ?? null,
+    moved,
+  );
 }
 
 /** A live record someone else holds or completed; a waiter's watch follows an IN_PROGRESS one's lease. */

@@ -19,6 +19,7 @@ import type {
   RecordRef,
   SqlLease,
 } from '../dialect';
+import { ambiguousLook } from '../dialect';
 import { Deadlines } from '../bounded-query';
 import { AcquireOrder } from '../acquire-order';
 import { loggedScope } from '../query-log';
@@ -251,7 +252,12 @@ export class PostgresDialect implements Dialect {
           ]);
           // Resolved since the peek: look again.
           if (found?.state !== 'AMBIGUOUS') return CHANGED;
-          return ambiguousLook(found, false, found.ambiguous_reason!);
+          return ambiguousLook(
+            found.fingerprint,
+            found.ambiguous_since,
+            found.ambiguous_reason!,
+            false,
+          );
         }
         if (becomesAmbiguous(row.state, leaseLeftMs, onExpiredLease)) {
           const {
@@ -263,7 +269,7 @@ export class PostgresDialect implements Dialect {
           // moved it first: look again.
           if (!moved) return CHANGED;
           if (moved.watched) await this.notify(record.idHex, 'move to AMBIGUOUS');
-          return ambiguousLook(moved, true, 'lease-expired');
+          return ambiguousLook(moved.fingerprint, moved.ambiguous_since, 'lease-expired', true);
         }
         if (isStealable(row.state, leaseLeftMs, expiresLeftMs, onExpiredLease)) {
           const { rowCount } = await this.query(
@@ -513,28 +519,6 @@ function toView(row: ViewRow): IdempotencyRecordView {
     view.resolvedAt = row.resolved_at!;
   }
   return view;
-}
-
-/** An AMBIGUOUS record as a look reports it: no lease, no payload. */
-function ambiguousLook(
-  row: AmbiguousRow,
-  transitioned: boolean,
-  reason: AmbiguityReason,
-): LookResult {
-  return {
-    kind: 'record',
-    record: {
-      state: 'AMBIGUOUS',
-      fingerprint: row.fingerprint,
-      leaseLeftMs: 0,
-      expiresLeftMs: 0,
-      payload: null,
-      completedAt: null,
-      ambiguousSince: row.ambiguous_since,
-      ambiguousReason: reason,
-      transitioned,
-    },
-  };
 }
 
 const none = (): unknown[] => [];
