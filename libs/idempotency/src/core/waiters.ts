@@ -4,7 +4,8 @@
  * notification that arrives while the look is in progress is not lost.
  */
 export class WaiterRegistry {
-  private readonly tickets = new Map<string, Set<WaitTicket>>();
+  /** A record's tickets: one ticket alone (the usual case, no Set made for it), or a Set of them. */
+  private readonly tickets = new Map<string, WaitTicket | Set<WaitTicket>>();
   private readonly waitListeners = new Set<(scope: string) => void>();
   private count = 0;
 
@@ -20,24 +21,27 @@ export class WaiterRegistry {
   }
 
   register(id: string): WaitTicket {
-    const ticket = new WaitTicket(() => this.remove(id, ticket));
-    let set = this.tickets.get(id);
-    if (!set) {
-      set = new Set();
-      this.tickets.set(id, set);
-    }
-    set.add(ticket);
+    const ticket = new WaitTicket(this, id);
+    const held = this.tickets.get(id);
+    if (held === undefined) this.tickets.set(id, ticket);
+    else if (held instanceof Set) held.add(ticket);
+    else this.tickets.set(id, new Set([held, ticket]));
     this.count++;
     return ticket;
   }
 
   notify(id: string): void {
-    const set = this.tickets.get(id);
-    if (set) for (const ticket of set) ticket.fire();
+    const held = this.tickets.get(id);
+    if (held === undefined) return;
+    if (held instanceof Set) for (const ticket of held) ticket.fire();
+    else held.fire();
   }
 
   notifyAll(): void {
-    for (const set of this.tickets.values()) for (const ticket of set) ticket.fire();
+    for (const held of this.tickets.values()) {
+      if (held instanceof Set) for (const ticket of held) ticket.fire();
+      else held.fire();
+    }
   }
 
   /** Tickets held right now. */
@@ -45,11 +49,17 @@ export class WaiterRegistry {
     return this.count;
   }
 
-  private remove(id: string, ticket: WaitTicket): void {
-    const set = this.tickets.get(id);
-    if (!set || !set.delete(ticket)) return;
+  /** A ticket's `dispose`. */
+  remove(id: string, ticket: WaitTicket): void {
+    const held = this.tickets.get(id);
+    if (held === ticket) {
+      this.tickets.delete(id);
+    } else if (held instanceof Set && held.delete(ticket)) {
+      if (held.size === 0) this.tickets.delete(id);
+    } else {
+      return;
+    }
     this.count--;
-    if (set.size === 0) this.tickets.delete(id);
   }
 }
 
@@ -57,7 +67,10 @@ export class WaitTicket {
   private fired = false;
   private wake?: () => void;
 
-  constructor(private readonly onDispose: () => void) {}
+  constructor(
+    private readonly registry: WaiterRegistry,
+    private readonly id: string,
+  ) {}
 
   fire(): void {
     this.fired = true;
@@ -85,6 +98,6 @@ export class WaitTicket {
 
   dispose(): void {
     this.wake = undefined;
-    this.onDispose();
+    this.registry.remove(this.id, this);
   }
 }

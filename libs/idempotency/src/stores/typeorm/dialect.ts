@@ -1,5 +1,4 @@
 import type { DataSource, QueryRunner } from 'typeorm';
-import type { ObservedRecord } from '../../core/decide';
 import type { IdempotencyLogger } from '../../core/logger';
 import type {
   AcquireRequest,
@@ -11,6 +10,7 @@ import type {
   ResolveResult,
   StoredPayload,
 } from '../../core/store';
+import type { Observation } from '../../core/wait-loop';
 import type { WaiterRegistry } from '../../core/waiters';
 import type { TableName } from './table';
 
@@ -35,12 +35,17 @@ export interface Dialect {
   prepare(ensureSchema: boolean): Promise<void>;
   /** Stops waking and releases what `prepare` opened; waiters are woken to look once more. */
   close(): Promise<void>;
-  /** Starts one `tryAcquire`: the looks of the wait loop, and its end. */
+  /**
+   * Starts one `tryAcquire`: the looks of the wait loop, and its end. A look
+   * that acquires hands back `lease` (made by the store beforehand, so that the
+   * look's own answer is the wait loop's). Synchronous when nothing needs
+   * awaiting first (a replay's hot path saves a promise).
+   */
   beginAcquire(
     record: RecordRef,
     request: AcquireRequest,
-    leaseId: string,
-  ): Promise<AcquireAttempt>;
+    lease: SqlLease,
+  ): AcquireAttempt | Promise<AcquireAttempt>;
   /** The longest a waiting duplicate sleeps before looking again without a wake-up. */
   pollMs(): number;
   /** Each: false when the record is not IN_PROGRESS under `lease.leaseId`. */
@@ -87,13 +92,12 @@ export interface SqlLease extends Lease {
   readonly idHex: string;
 }
 
-/** What one atomic look found; the store turns `acquired` into the lease. */
-export type LookResult =
-  /** `stolen`: taken over from an expired lease or an expired result. */
-  | { kind: 'acquired'; stolen?: boolean }
-  | { kind: 'record'; record: ObservedRecord }
-  /** The record changed under the look: look again (see ../../core/wait-loop.ts). */
-  | { kind: 'changed' };
+/**
+ * What one atomic look found, as the wait loop takes it (../../core/wait-loop.ts):
+ * acquired (with the attempt's lease; `stolen` from an expired lease or result),
+ * a record, or `changed` (look again).
+ */
+export type LookResult = Observation;
 
 /** One `tryAcquire` as a dialect runs it. */
 export interface AcquireAttempt {

@@ -25,7 +25,7 @@ import {
   StrictModeSupport,
   TransactionalCompletion,
 } from '../../core/store';
-import { Observation, waitForRecord } from '../../core/wait-loop';
+import { waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
 import type { Dialect, RecordRef, SqlLease } from './dialect';
 import { DEFAULT_CROSS_INSTANCE_POLL_MS, MysqlDialect } from './mysql/dialect';
@@ -86,6 +86,8 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   private readonly maxPayloadBytes: number;
   private readonly maxWaiters: number;
   private ready?: Promise<void>;
+  /** `ready` has resolved (and close() has not run since). */
+  private prepared = false;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -134,16 +136,25 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
    * but surfaces a wrong schema at startup rather than on the first request.
    */
   init(): Promise<void> {
-    this.ready ??= this.prepare().catch((error) => {
-      this.ready = undefined;
-      throw error;
-    });
-    return this.ready;
+    if (this.ready) return this.ready;
+    const ready: Promise<void> = this.prepare().then(
+      () => {
+        // Unless close() (or a failure) let go of this preparation meanwhile.
+        this.prepared = this.ready === ready;
+      },
+      (error) => {
+        if (this.ready === ready) this.ready = undefined;
+        throw error;
+      },
+    );
+    this.ready = ready;
+    return ready;
   }
 
   /** Closes the LISTEN connection (or stops polling) and wakes waiters. A later call prepares the store again. */
   async close(): Promise<void> {
     this.ready = undefined;
+    this.prepared = false;
     await this.dialect.close();
     this.waiters.notifyAll();
   }
@@ -152,18 +163,22 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     return this.waiters.onWait(listener);
   }
 
-  async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
-    await this.init();
+  tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+    // Prepared: straight on, without a turn of the event loop for init().
+    return this.prepared ? this.acquire(request) : this.init().then(() => this.acquire(request));
+  }
+
+  private async acquire(request: AcquireRequest): Promise<AcquireResult> {
     const record = recordRef(request.scope, request.key);
-    const leaseId = randomUUID();
-    const attempt = await this.dialect.beginAcquire(record, request, leaseId);
     const lease: SqlLease = {
       id: record.id,
       idHex: record.idHex,
-      leaseId,
+      leaseId: randomUUID(),
       leaseMs: request.leaseMs,
       ttlMs: request.ttlMs,
     };
+    const begun = this.dialect.beginAcquire(record, request, lease);
+    const attempt = begun instanceof Promise ? await begun : begun;
     try {
       return await waitForRecord({
         request,
@@ -171,13 +186,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
         waiterId: record.idHex,
         maxWaiters: this.maxWaiters,
         pollMs: () => this.dialect.pollMs(),
-        look: async (watch): Promise<Observation> => {
-          const found = await attempt.look(watch);
-          if (found.kind !== 'acquired') return found;
-          return found.stolen
-            ? { kind: 'acquired', lease, stolen: true }
-            : { kind: 'acquired', lease };
-        },
+        look: attempt.look,
       });
     } finally {
       attempt.end();

@@ -1,8 +1,5 @@
 import type { QueryRunner } from 'typeorm';
-import {
-  IdempotencyStoreSchemaError,
-  IdempotencyStoreUnavailableError,
-} from '../../../core/errors';
+import { IdempotencyStoreSchemaError } from '../../../core/errors';
 import type {
   AcquireRequest,
   AmbiguityReason,
@@ -24,6 +21,7 @@ import type {
 import { ambiguousLook } from '../dialect';
 import type { TableName } from '../table';
 import { AcquireOrder } from '../acquire-order';
+import { Deadlines } from '../bounded-query';
 import { loggedScope } from '../query-log';
 import { matchedRows, MysqlOk, mysqlStoreQuery } from './query';
 import {
@@ -38,7 +36,7 @@ import {
 } from './schema';
 import { bind, Statement } from './sql';
 import { buildMysqlStatements, MysqlStatements } from './statements';
-import { isLockConflict, isMysqlUnavailable } from './unavailable';
+import { isLockConflict } from './unavailable';
 import { WakePoller, WakeWatch } from './wake-poller';
 
 /** Default for `crossInstancePollMs`: the longest gap between two checks of a waited-on record. */
@@ -51,8 +49,8 @@ const STOLEN = 2;
 /** Numbers come back from mysql2 as numbers or, for BIGINT and DECIMAL, as strings. */
 type Numeric = number | string | null;
 
-interface LookRow {
-  mine: Numeric;
+/** What the peek reads. */
+interface PeekRow {
   state: RecordState;
   fingerprint: string | null;
   lease_id: string | null;
@@ -60,10 +58,25 @@ interface LookRow {
   completed_at_us: Numeric;
   lease_left_us: Numeric;
   expires_left_us: Numeric;
-  /** Strict statements only (and `ambiguousRead`). */
+}
+
+/** What the acquiring statements read (RETURNING, or the read back after them). */
+interface LookRow extends PeekRow {
+  mine: Numeric;
+  /** Strict statements only. */
   ambiguous_since_us?: Numeric;
   ambiguous_reason?: AmbiguityReason | null;
 }
+
+/** `ambiguousRead`. */
+interface AmbiguousRow {
+  state: RecordState;
+  fingerprint: string | null;
+  ambiguous_since_us: Numeric;
+  ambiguous_reason: AmbiguityReason | null;
+}
+
+const CHANGED: LookResult = { kind: 'changed' };
 
 interface ViewRow {
   scope: string;
@@ -113,6 +126,8 @@ export class MysqlDialect implements Dialect {
   private poller?: WakePoller;
   private readonly crossInstancePollMs: number;
   private readonly order = new AcquireOrder();
+  /** Every statement's bound (`operationTimeoutMs`), one timer between them. */
+  private readonly deadlines: Deadlines;
 
   constructor(
     private readonly context: DialectContext,
@@ -124,6 +139,7 @@ export class MysqlDialect implements Dialect {
     this.database =
       context.schema ?? (context.dataSource.driver as { database?: string }).database ?? undefined;
     this.crossInstancePollMs = crossInstancePollMs;
+    this.deadlines = new Deadlines(context.timeoutMs);
   }
 
   get product(): string {
@@ -219,19 +235,13 @@ export class MysqlDialect implements Dialect {
     return this.context.pollIntervalMs;
   }
 
-  async beginAcquire(
-    record: RecordRef,
-    request: AcquireRequest,
-    leaseId: string,
-  ): Promise<AcquireAttempt> {
-    const watch =
-      request.waitTimeoutMs > 0 ? this.poller?.watch(record.id, record.idHex) : undefined;
+  beginAcquire(record: RecordRef, request: AcquireRequest, lease: SqlLease): AcquireAttempt {
     const strict = request.onExpiredLease === 'refuse';
     const values = {
       id: record.id,
       scope: record.scope,
       key: record.key,
-      lease: leaseId,
+      lease: lease.leaseId,
       leaseMs: request.leaseMs,
       ttlMs: request.ttlMs,
       fingerprint: request.fingerprint,
@@ -245,68 +255,80 @@ export class MysqlDialect implements Dialect {
         scope: loggedScope(record.scope),
         key: record.digest,
       });
+    // The wake-up poller follows the record from the first look that finds it in
+    // flight (a replay never gets that far, and so never registers).
+    let watch: WakeWatch | undefined;
+    const observe =
+      request.waitTimeoutMs > 0
+        ? (leaseId: string) =>
+            (watch ??= this.poller?.watch(record.id, record.idHex))?.observe(leaseId)
+        : undefined;
+    const acquired: LookResult = { kind: 'acquired', lease };
     // The first look teaches the scope's order: a scope of fresh keys sends the plain
     // insert first, one whose records are mostly there (replays) the peek. Either way
     // a record the peek finds stealable (or, strict, to be moved) goes to `acquire`,
     // the one statement that inserts, steals or moves under the row lock. Later looks
     // of this attempt follow a record that was there, and peek.
     let first = true;
-    return {
-      end: () => watch?.dispose(),
-      look: async (watching) => {
-        const peekFirst = !first || this.order.peekFirst(record.scope);
-        const learn = first
-          ? (found: boolean) => this.order.observe(record.scope, found)
-          : undefined;
-        first = false;
-        try {
-          const watched = watching ? watch : undefined;
-          if (!peekFirst) {
-            const ok = await this.query<MysqlOk>('acquire', this.sql.insert, values, logged);
-            const inserted = Number(ok.insertId) === INSERTED;
-            learn?.(!inserted);
-            if (inserted) return { kind: 'acquired' };
-          }
-          const [row] = await this.query<LookRow[]>(
-            'acquire (peek)',
-            this.sql.peek,
-            values,
-            logged,
-          );
-          const settled = row && this.settledByPeek(row, watched);
-          if (peekFirst) learn?.(settled !== undefined);
-          // Settled by what is there; otherwise (gone since, or stealable) the acquire decides.
-          return settled ?? (await this.look(values, logged, watched, strict, record));
-        } catch (error) {
-          // Two acquirers deadlocked on the same new row: InnoDB rolled one back. Look again.
-          if (isLockConflict(error)) return { kind: 'changed' };
-          throw error;
+    const look = async (watching: boolean): Promise<LookResult> => {
+      const peekFirst = !first || this.order.peekFirst(record.scope);
+      const learn = first;
+      first = false;
+      const watched = watching ? observe : undefined;
+      try {
+        if (!peekFirst) {
+          const ok = await this.query<MysqlOk>('acquire', this.sql.insert, values, logged);
+          const inserted = Number(ok.insertId) === INSERTED;
+          if (learn) this.order.observe(record.scope, !inserted);
+          if (inserted) return acquired;
         }
-      },
+        const [row] = await this.query<PeekRow[]>('acquire (peek)', this.sql.peek, values, logged);
+        if (!row) {
+          if (peekFirst && learn) this.order.observe(record.scope, false);
+          // Gone, or never there: the acquire decides.
+          return await this.look(values, logged, watched, strict, record, lease);
+        }
+        if (peekFirst && learn) this.order.observe(record.scope, true);
+        // This attempt's own insert, whatever its insert id said (only an explicit 3 counts).
+        if (row.state === 'IN_PROGRESS' && row.lease_id === lease.leaseId) return acquired;
+        if (row.state === 'AMBIGUOUS') return await this.ambiguous(values.id, record);
+        const leaseLeftMs = micros(row.lease_left_us) / 1000;
+        const expiresLeftMs = micros(row.expires_left_us) / 1000;
+        // A lease or a result that ran out: the acquire steals it (or, strict, moves it).
+        if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) {
+          return await this.look(values, logged, watched, strict, record, lease);
+        }
+        return liveRecord(row, leaseLeftMs, expiresLeftMs, watched);
+      } catch (error) {
+        // Two acquirers deadlocked on the same new row: InnoDB rolled one back. Look again.
+        if (isLockConflict(error)) return CHANGED;
+        throw error;
+      }
     };
+    return { end: () => watch?.dispose(), look };
   }
 
-  /**
-   * What a peek's row settles without a write: an AMBIGUOUS record, or a live
-   * one (a replay, a mismatch, in flight). Undefined when the writing statement
-   * must decide: a lease or a result that ran out (stolen, or moved in strict mode).
-   */
-  private settledByPeek(row: LookRow, watch: WakeWatch | undefined): LookResult | undefined {
-    // This attempt's own insert, whatever its insert id said (only an explicit 3 counts).
-    if (row.state === 'IN_PROGRESS' && Number(row.mine) === 1) return { kind: 'acquired' };
-    if (row.state === 'AMBIGUOUS') return ambiguousRow(row, false);
-    const leaseLeftMs = micros(row.lease_left_us) / 1000;
-    const expiresLeftMs = micros(row.expires_left_us) / 1000;
-    if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) return undefined;
-    return liveRecord(row, leaseLeftMs, expiresLeftMs, watch);
+  /** An AMBIGUOUS record's since and why (which the peek and `acquire` do not read); `moved` by this look. */
+  private async ambiguous(id: Buffer, record: RecordRef, moved = false): Promise<LookResult> {
+    const [row] = await this.query<AmbiguousRow[]>(
+      'acquire',
+      this.sql.ambiguousRead,
+      { id },
+      { id: record.idHex },
+    );
+    // Resolved since: look again.
+    if (row?.state !== 'AMBIGUOUS') return CHANGED;
+    return ambiguousRow(row, moved);
   }
 
+  /** The acquiring statement: inserts, steals (or, strict, moves) under the row lock, or reads what is there. */
   private async look(
     values: Record<string, unknown>,
     logged: () => Record<string, unknown>,
-    watch: WakeWatch | undefined,
+    observe: ((leaseId: string) => void) | undefined,
     strict: boolean,
     record: RecordRef,
+    lease: SqlLease,
   ): Promise<LookResult> {
     const sql = this.sql;
     const acquire = strict ? sql.acquireStrict : sql.acquire;
@@ -317,35 +339,26 @@ export class MysqlDialect implements Dialect {
     } else {
       const ok = await this.query<MysqlOk>('acquire', acquire, values, logged);
       const marker = Number(ok.insertId);
-      if (marker === INSERTED || marker === STOLEN) return { kind: 'acquired' };
+      if (marker === INSERTED) return { kind: 'acquired', lease };
+      if (marker === STOLEN) return { kind: 'acquired', lease, stolen: true };
       [row] = await this.query<LookRow[]>('acquire (read back)', readBack, values, logged);
     }
     // Gone between the two statements (released, purged): look again.
-    if (!row) return { kind: 'changed' };
+    if (!row) return CHANGED;
     const mine = Number(row.mine) === 1;
     if (row.state === 'AMBIGUOUS') {
       // Moved there by this very statement (its lease id is the mark), or found so.
       if (mine) this.context.waiters.notify(record.idHex);
-      if (row.ambiguous_since_us === undefined) {
-        [row] = await this.query<LookRow[]>(
-          'acquire',
-          sql.ambiguousRead,
-          { id: values.id },
-          { id: record.idHex },
-        );
-        // Resolved since: look again.
-        if (row?.state !== 'AMBIGUOUS') return { kind: 'changed' };
-      }
+      if (row.ambiguous_since_us === undefined)
+        return this.ambiguous(values.id as Buffer, record, mine);
       return ambiguousRow(row, mine);
     }
-    if (mine) return { kind: 'acquired' };
+    if (mine) return { kind: 'acquired', lease, stolen: true };
     const leaseLeftMs = micros(row.lease_left_us) / 1000;
     const expiresLeftMs = micros(row.expires_left_us) / 1000;
     // Stealable (or, strict, to be moved), yet not: it changed between the statements. Look again.
-    if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) {
-      return { kind: 'changed' };
-    }
-    return liveRecord(row, leaseLeftMs, expiresLeftMs, watch);
+    if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) return CHANGED;
+    return liveRecord(row, leaseLeftMs, expiresLeftMs, observe);
   }
 
   async complete(lease: SqlLease, payload: StoredPayload): Promise<boolean> {
@@ -533,39 +546,25 @@ export class MysqlDialect implements Dialect {
    * `logged`, what query logging shows in their place (or a function that
    * makes it, called only when the DataSource's logger logs queries).
    */
-  private async query<T>(
+  private query<T>(
     operation: string,
     statement: Statement,
     values: Record<string, unknown> | unknown[],
     logged: Record<string, unknown> | unknown[] | (() => Record<string, unknown>) = values,
   ): Promise<T> {
-    const positional = (given: Record<string, unknown> | unknown[]) =>
-      Array.isArray(given) ? given : bind(statement, given);
-    try {
-      return await mysqlStoreQuery<T>(
-        this.context.dataSource,
-        this.context.timeoutMs,
-        this.productName,
-        {
-          operation,
-          text: statement.text,
-          values: positional(values),
-          logged: () => positional(typeof logged === 'function' ? logged() : logged),
-          prepared: statement.hot && this.context.preparedStatements,
-        },
-      );
-    } catch (error) {
-      if (error instanceof IdempotencyStoreUnavailableError) throw error;
-      if (isMysqlUnavailable(error)) {
-        throw new IdempotencyStoreUnavailableError(
-          `${this.productName} is unavailable during ${operation}: ${describe(error)}`,
-          1000,
-          { cause: error },
-        );
-      }
-      throw error;
-    }
+    return mysqlStoreQuery<T>(this.context.dataSource, this.deadlines, this.productName, {
+      operation,
+      text: statement.text,
+      values: positional(statement, values),
+      logged: () => positional(statement, typeof logged === 'function' ? logged() : logged),
+      prepared: statement.hot && this.context.preparedStatements,
+    });
   }
+}
+
+/** `values` in the statement's order: bound by name for a built statement, as given for a `plain` one. */
+function positional(statement: Statement, given: Record<string, unknown> | unknown[]): unknown[] {
+  return Array.isArray(given) ? given : bind(statement, given);
 }
 
 /** A statement whose `?` are bound in order (the catalog queries and DDL). */
@@ -610,18 +609,8 @@ function atLeast(version: string, wanted: [number, number]): boolean {
   return major > wanted[0] || (major === wanted[0] && minor >= wanted[1]);
 }
 
-/** An error's message, or for an AggregateError (every address refused) its parts'. */
-function describe(error: unknown): string {
-  if (error instanceof AggregateError && !error.message) {
-    return error.errors.map((part) => describe(part)).join('; ');
-  }
-  if (error instanceof Error)
-    return error.message || (error as { code?: string }).code || error.name;
-  return String(error);
-}
-
 /** An AMBIGUOUS row as a look reports it; `moved`: this very statement moved it there. */
-function ambiguousRow(row: LookRow, moved: boolean): LookResult {
+function ambiguousRow(row: LookRow | AmbiguousRow, moved: boolean): LookResult {
   return ambiguousLook(
     row.fingerprint,
     dateOf(row.ambiguous_since_us ?? null),
@@ -632,12 +621,12 @@ function ambiguousRow(row: LookRow, moved: boolean): LookResult {
 
 /** A live record someone else holds or completed; a waiter's watch follows an IN_PROGRESS one's lease. */
 function liveRecord(
-  row: LookRow,
+  row: PeekRow,
   leaseLeftMs: number,
   expiresLeftMs: number,
-  watch: WakeWatch | undefined,
+  observe: ((leaseId: string) => void) | undefined,
 ): LookResult {
-  if (row.state === 'IN_PROGRESS' && row.lease_id) watch?.observe(row.lease_id);
+  if (row.state === 'IN_PROGRESS' && row.lease_id) observe?.(row.lease_id);
   return {
     kind: 'record',
     record: {

@@ -1,5 +1,6 @@
 import type { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
+import type { Deadlines } from '../bounded-query';
 import { logsQueries } from '../query-log';
 import { isMysqlUnavailable } from './unavailable';
 
@@ -10,8 +11,8 @@ import { isMysqlUnavailable } from './unavailable';
 type Callback<T> = (error: (Error & { fatal?: boolean }) | null, result?: T) => void;
 
 interface MysqlConnection {
-  query(options: { sql: string; values: unknown[] }, callback: Callback<unknown>): unknown;
-  execute?(options: { sql: string; values: unknown[] }, callback: Callback<unknown>): unknown;
+  query(sql: string, values: unknown[], callback: Callback<unknown>): unknown;
+  execute?(sql: string, values: unknown[], callback: Callback<unknown>): unknown;
   release(): void;
   destroy(): void;
   listenerCount(event: string): number;
@@ -76,15 +77,22 @@ export interface MysqlStoreQuery {
 /**
  * One statement straight through the mysql2 pool under the DataSource (never
  * `dataSource.query`, which would log the raw parameters), bounded by
- * `timeoutMs` (waiting for a pooled connection included): past it the call
- * fails with `IdempotencyStoreUnavailableError` and the connection it was
- * running on is destroyed (the server may still finish the statement). The
- * statement is reported to the DataSource's logger with `logged` as its
- * parameters.
+ * `deadlines.timeoutMs` (waiting for a pooled connection and any deadlock
+ * retries included): past it the call fails with
+ * `IdempotencyStoreUnavailableError` and the connection it was running on is
+ * destroyed (the server may still finish the statement). The statement is
+ * reported to the DataSource's logger with `logged` as its parameters. An error
+ * that means the database cannot take work comes back as
+ * `IdempotencyStoreUnavailableError` naming `product` and the operation; any
+ * other as mysql2 raised it.
+ *
+ * Callbacks all the way down, one Promise and no timer of its own per call:
+ * this runs for every acquisition, and each promise layer or timer costs the
+ * hot path a microsecond or so.
  */
 export function mysqlStoreQuery<T>(
   dataSource: DataSource,
-  timeoutMs: number,
+  deadlines: Deadlines,
   product: string,
   query: MysqlStoreQuery,
 ): Promise<T> {
@@ -98,28 +106,100 @@ export function mysqlStoreQuery<T>(
       ),
     );
   }
-  return sendRetryingDeadlocks<T>(connector, query, timeoutMs, product, dataSource).catch(
-    (error: unknown) => {
-      logger.logQueryError(
-        error instanceof Error ? error : String(error),
-        query.text,
-        query.logged(),
+  return new Promise<T>((resolve, reject) => {
+    let running: MysqlConnection | undefined;
+    let attempts = 1;
+    const report = (error: Error) => {
+      logger.logQueryError(error, query.text, query.logged());
+      reject(storeError(error, product, query.operation));
+    };
+    const deadline = deadlines.add(() => {
+      // A connection that did not answer in time is not handed back to the pool.
+      running?.destroy();
+      running = undefined;
+      report(
+        new IdempotencyStoreUnavailableError(
+          `${product} did not answer ${query.operation} within ${deadlines.timeoutMs} ms`,
+        ),
       );
-      throw error;
-    },
+    });
+    const fail = (error: Error) => {
+      // A deadlock victim is sent again while attempts and time are left; past them it
+      // goes up as it came: an acquisition then looks again, the engine retries a completion.
+      if (isDeadlock(error) && attempts < DEADLOCK_ATTEMPTS) {
+        // A few milliseconds, random, so the two sides do not meet again at once.
+        setTimeout(attempt, 1 + Math.random() * 4 * attempts++);
+        return;
+      }
+      if (deadlines.settle(deadline)) report(error);
+    };
+    function attempt(): void {
+      if (deadline.settled) return; // given up (during a deadlock's back-off)
+      connector!((error, connection) => {
+        if (deadline.settled) {
+          // The caller gave up while this waited for a connection: hand it back unused.
+          connection?.release();
+          return;
+        }
+        if (error || !connection) {
+          fail(error ?? new Error('the pool handed out no connection'));
+          return;
+        }
+        running = connection;
+        hearErrors(connection, dataSource);
+        const done: Callback<unknown> = (failure, result) => {
+          if (deadline.settled) return; // timed out: the connection is already destroyed
+          running = undefined;
+          if (failure) {
+            // A statement error leaves the connection usable (and its prepared
+            // statements with it); only a broken one is dropped from the pool.
+            if (isMysqlUnavailable(failure)) connection.destroy();
+            else connection.release();
+            fail(failure);
+            return;
+          }
+          connection.release();
+          deadlines.settle(deadline);
+          resolve(result as T);
+        };
+        try {
+          // Positional arguments: mysql2 copies an options object into a new one per call.
+          if (query.prepared && connection.execute)
+            connection.execute(query.text, query.values, done);
+          else connection.query(query.text, query.values, done);
+        } catch (failure) {
+          done(failure as Error);
+        }
+      });
+    }
+    attempt();
+  });
+}
+
+/** What a failed statement is reported as: unavailable (retry later), or the driver's own error. */
+function storeError(error: Error, product: string, operation: string): Error {
+  if (error instanceof IdempotencyStoreUnavailableError || !isMysqlUnavailable(error)) return error;
+  return new IdempotencyStoreUnavailableError(
+    `${product} is unavailable during ${operation}: ${describe(error)}`,
+    1000,
+    { cause: error },
   );
+}
+
+/** An error's message, or for an AggregateError (every address refused) its parts'. */
+function describe(error: unknown): string {
+  if (error instanceof AggregateError && !error.message) {
+    return error.errors.map((part) => describe(part)).join('; ');
+  }
+  if (error instanceof Error)
+    return error.message || (error as { code?: string }).code || error.name;
+  return String(error);
 }
 
 /** InnoDB's ER_LOCK_DEADLOCK: this statement was chosen as the victim and rolled back whole. */
 const ER_LOCK_DEADLOCK = 1213;
-/** Attempts of one statement that keeps losing deadlocks, within its `timeoutMs`. */
-const DEADLOCK_ATTEMPTS = 4;
-
-function isDeadlock(error: unknown): boolean {
-  return (error as { errno?: unknown } | null)?.errno === ER_LOCK_DEADLOCK;
-}
-
 /**
+ * Attempts of one statement that keeps losing deadlocks, within its `timeoutMs`.
  * Every statement here runs alone in autocommit, so a deadlock victim left no
  * trace and is sent again: InnoDB can pick one when a purge's DELETE (which
  * walks the expires_at index) and a completion or acquisition (which starts at
@@ -127,94 +207,26 @@ function isDeadlock(error: unknown): boolean {
  * rows in opposite orders. The statements are fenced or conditional, so a
  * second run decides on what it finds then.
  */
-async function sendRetryingDeadlocks<T>(
-  connector: (callback: Callback<MysqlConnection>) => void,
-  query: MysqlStoreQuery,
-  timeoutMs: number,
-  product: string,
-  dataSource: DataSource,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (let attempt = 1; ; attempt++) {
-    // The first attempt has the whole budget; a message always names the budget.
-    const left = attempt === 1 ? timeoutMs : Math.max(1, deadline - Date.now());
-    try {
-      return await send<T>(connector, query, left, timeoutMs, product, dataSource);
-    } catch (error) {
-      // Out of attempts or time, the deadlock goes up as it came: an acquisition
-      // then looks at the record again, the engine retries a completion.
-      if (!isDeadlock(error) || attempt >= DEADLOCK_ATTEMPTS || deadline - Date.now() <= 0) {
-        throw error;
-      }
-      // A few milliseconds, random, so the two sides do not meet again at once.
-      await new Promise((resolve) => setTimeout(resolve, 1 + Math.random() * 4 * attempt));
-    }
-  }
+const DEADLOCK_ATTEMPTS = 4;
+
+function isDeadlock(error: unknown): boolean {
+  return (error as { errno?: unknown } | null)?.errno === ER_LOCK_DEADLOCK;
 }
 
-function send<T>(
-  connector: (callback: Callback<MysqlConnection>) => void,
-  query: MysqlStoreQuery,
-  timeoutMs: number,
-  budgetMs: number,
-  product: string,
-  dataSource: DataSource,
-): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    let running: MysqlConnection | undefined;
-    const timer = setTimeout(() => {
-      settled = true;
-      // A connection that did not answer in time is not handed back to the pool.
-      running?.destroy();
-      reject(
-        new IdempotencyStoreUnavailableError(
-          `${product} did not answer ${query.operation} within ${budgetMs} ms`,
-        ),
-      );
-    }, timeoutMs);
-    connector((error, connection) => {
-      if (settled) {
-        // The caller gave up while this waited for a connection: hand it back unused.
-        connection?.release();
-        return;
-      }
-      if (error || !connection) {
-        settled = true;
-        clearTimeout(timer);
-        reject(error ?? new Error('the pool handed out no connection'));
-        return;
-      }
-      running = connection;
-      // Unheard, an 'error' event on an idle pooled connection would crash the process.
-      if (connection.listenerCount('error') === 0) {
-        connection.on('error', (failure) =>
-          dataSource.logger.log('warn', `MySQL connection raised an error. ${failure}`),
-        );
-      }
-      const options = { sql: query.text, values: query.values };
-      const done: Callback<unknown> = (failure, result) => {
-        if (settled) return; // timed out: the connection is already destroyed
-        settled = true;
-        clearTimeout(timer);
-        running = undefined;
-        if (failure) {
-          // A statement error leaves the connection usable (and its prepared
-          // statements with it); only a broken one is dropped from the pool.
-          if (isMysqlUnavailable(failure)) connection.destroy();
-          else connection.release();
-          reject(failure);
-          return;
-        }
-        connection.release();
-        resolve(result as T);
-      };
-      try {
-        if (query.prepared && connection.execute) connection.execute(options, done);
-        else connection.query(options, done);
-      } catch (failure) {
-        done(failure as Error);
-      }
-    });
-  });
+/** Marks a pooled connection that already has the store's 'error' listener. */
+const HEARD = Symbol('nest-idempotency: error listener');
+
+/**
+ * Gives a pooled connection the store's 'error' listener, once: unheard, an
+ * 'error' event on an idle pooled connection would crash the process.
+ */
+function hearErrors(connection: MysqlConnection, dataSource: DataSource): void {
+  const marked = connection as MysqlConnection & { [HEARD]?: true };
+  if (marked[HEARD]) return;
+  marked[HEARD] = true;
+  if (connection.listenerCount('error') === 0) {
+    connection.on('error', (failure) =>
+      dataSource.logger.log('warn', `MySQL connection raised an error. ${failure}`),
+    );
+  }
 }

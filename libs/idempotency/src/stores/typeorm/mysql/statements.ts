@@ -37,8 +37,9 @@ export interface MysqlStatements {
   /**
    * A consistent read of the row, no lock and no write: what an acquisition
    * sends first in a scope whose recent acquisitions found a record (replays).
-   * It settles a live record (a replay, a mismatch, in flight) or an AMBIGUOUS
-   * one; absent or stealable, `acquire` decides under the row lock.
+   * It settles a live record (a replay, a mismatch, in flight), or with
+   * `ambiguousRead` an AMBIGUOUS one; absent or stealable, `acquire` decides
+   * under the row lock.
    */
   peek: Statement;
   /**
@@ -79,6 +80,19 @@ const PURGEABLE = `(expires_at <= ${NOW} AND (state = 'COMPLETE' OR (state = 'IN
 /** What a look reads: whether this caller holds the record, and what a waiter or a replay needs. */
 const LOOK_COLUMNS = `(lease_id <=> {lease}) AS mine, state, fingerprint, lease_id,
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
+  ${epochMicros('completed_at')} AS completed_at_us,
+  ${microsLeft('lease_expires_at')} AS lease_left_us,
+  ${microsLeft('expires_at')} AS expires_left_us`;
+
+/**
+ * What the peek reads: a replay's answer, or a live record's lease. Whether the
+ * lease is this caller's is compared in Node (the lease id is sent with no
+ * statement that only reads), and an AMBIGUOUS record's since and why come from
+ * `ambiguousRead`: every column is built, sent and parsed on every execution.
+ * Only a COMPLETE row holds a payload (every write that leaves COMPLETE clears
+ * it), so the column is read as it is.
+ */
+const PEEK_COLUMNS = `state, fingerprint, lease_id, payload,
   ${epochMicros('completed_at')} AS completed_at_us,
   ${microsLeft('lease_expires_at')} AS lease_left_us,
   ${microsLeft('expires_at')} AS expires_left_us`;
@@ -161,7 +175,7 @@ export function buildMysqlStatements(
     readBack: options.returning
       ? undefined
       : statement(`SELECT ${LOOK_COLUMNS} FROM ${t} WHERE id = {id}`, true),
-    peek: statement(`SELECT ${strictColumns} FROM ${t} WHERE id = {id}`, true),
+    peek: statement(`SELECT ${PEEK_COLUMNS} FROM ${t} WHERE id = {id}`, true),
     insert: statement(
       `INSERT INTO ${t} (id, scope, \`key\`, state, lease_id, lease_expires_at, expires_at, fingerprint, created_at)
     VALUES ({id}, {scope}, {key}, IF(LAST_INSERT_ID(3), 'IN_PROGRESS', 'IN_PROGRESS'), {lease}, ${nowPlusMs('leaseMs')}, ${nowPlusMs('ttlMs')}, {fingerprint}, ${NOW})

@@ -43,8 +43,6 @@ interface PeekRow {
   expires_left_ms: number;
 }
 
-const ACQUIRED: LookResult = { kind: 'acquired' };
-const STOLEN: LookResult = { kind: 'acquired', stolen: true };
 const CHANGED: LookResult = { kind: 'changed' };
 
 interface ViewRow {
@@ -194,12 +192,23 @@ export class PostgresDialect implements Dialect {
     return this.listener?.listening ? pollIntervalMs : Math.min(pollIntervalMs, 100);
   }
 
-  async beginAcquire(
+  beginAcquire(
     record: RecordRef,
     request: AcquireRequest,
-    leaseId: string,
-  ): Promise<AcquireAttempt> {
-    if (request.waitTimeoutMs > 0) await this.listener?.ensure();
+    lease: SqlLease,
+  ): AcquireAttempt | Promise<AcquireAttempt> {
+    // A caller that may wait needs LISTEN in effect before its first look.
+    const listener = this.listener;
+    if (request.waitTimeoutMs > 0 && listener && !listener.listening) {
+      return listener.ensure().then(() => this.attempt(record, request, lease));
+    }
+    return this.attempt(record, request, lease);
+  }
+
+  private attempt(record: RecordRef, request: AcquireRequest, lease: SqlLease): AcquireAttempt {
+    const { leaseId } = lease;
+    const ACQUIRED: LookResult = { kind: 'acquired', lease };
+    const STOLEN: LookResult = { kind: 'acquired', lease, stolen: true };
     const { id, scope } = record;
     const { leaseMs, ttlMs, fingerprint, onExpiredLease } = request;
     const sql = this.sql;
