@@ -499,6 +499,32 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
       }
     });
 
+    it('in a scope of replays, a look that finds an AMBIGUOUS record costs two round trips: the peek, then its since and why', async () => {
+      const dataSource = await newDataSource({ poolSize: 1 });
+      const store = newStore(dataSource, { table: newTable(), ensureSchema: true });
+      await store.init();
+      // Replays teach scope 'r' to peek first.
+      const done = leaseOf(await store.tryAcquire(request('r', 'done', { ttlMs: 60_000 })));
+      await store.complete(done, encodeValue('result'));
+      for (let i = 0; i < 8; i++)
+        expectReplayOf(await store.tryAcquire(request('r', 'done')), 'result');
+      const held = leaseOf(await store.tryAcquire(request('r', 'unknown')));
+      await store.strictMode.markAmbiguous(held, 'action-failed');
+      const { sent, stop } = await countCommands(dataSource);
+      try {
+        const found = await store.tryAcquire(request('r', 'unknown', { waitTimeoutMs: 0 }));
+        expect(found).toMatchObject({ kind: 'ambiguous', reason: 'action-failed' });
+        expect((found as { since: Date }).since).toBeInstanceOf(Date);
+        // (The read of since and why is prepared on its first use here: not counted.)
+        const executed = sent.filter((s) => s.command === 'Execute');
+        expect(executed.map((s) => s.sql.trim().split(/\s/)[0])).toEqual(['SELECT', 'SELECT']);
+        expect(executed[0].sql).not.toContain('ambiguous_reason');
+        expect(executed[1].sql).toContain('ambiguous_reason');
+      } finally {
+        stop();
+      }
+    });
+
     it('with preparedStatements: false, sends each statement as one plain query', async () => {
       const table = newTable();
       const dataSource = await newDataSource({ poolSize: 1 });
