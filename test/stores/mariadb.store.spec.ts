@@ -525,6 +525,33 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
       }
     });
 
+    it.each(['mariadb', 'mysql'] as const)(
+      'on a %s DataSource, in a scope of replays: a new key is acquired, not stolen; an expired lease is stolen',
+      async (type) => {
+        const dataSource = await newDataSource({ type, poolSize: 2 });
+        const table = newTable();
+        const store = newStore(dataSource, { table, ensureSchema: true });
+        await store.init();
+        const done = leaseOf(await store.tryAcquire(request('p', 'done', { ttlMs: 60_000 })));
+        await store.complete(done, encodeValue('result'));
+        for (let i = 0; i < 8; i++)
+          expectReplayOf(await store.tryAcquire(request('p', 'done')), 'result');
+        // The peek finds nothing: the acquiring statement inserts.
+        const fresh = await store.tryAcquire(request('p', 'new'));
+        expect(fresh).toMatchObject({ kind: 'acquired' });
+        expect((fresh as { stolen?: boolean }).stolen).not.toBe(true);
+        // Its lease ended on the database's clock: the peek finds it stealable, the acquire takes it.
+        await admin.query(
+          `UPDATE \`${table}\` SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE \`key\` = 'new'`,
+        );
+        const taken = await store.tryAcquire(request('p', 'new'));
+        expect(taken).toMatchObject({ kind: 'acquired', stolen: true });
+        await expect(store.complete(leaseOf(fresh), encodeValue('stale'))).rejects.toThrow(
+          /no longer held/,
+        );
+      },
+    );
+
     it('with preparedStatements: false, sends each statement as one plain query', async () => {
       const table = newTable();
       const dataSource = await newDataSource({ poolSize: 1 });
@@ -765,6 +792,22 @@ describe.runIf(mariadbAvailable())('TypeOrmIdempotencyStore (MariaDB specifics)'
       expect(parameters).toContain(keyDigest(scope, key));
       expect(parameters).toContain(keyDigest(scope, released));
       expect(parameters).toContain(`<${payload.length} bytes>`);
+    });
+  });
+
+  describe('a DataSource logger that throws', () => {
+    it('still lets a failed statement reject with its own error', async () => {
+      class ThrowingLogger extends RecordingLogger {
+        override logQueryError(): void {
+          throw new Error('the logger broke');
+        }
+      }
+      const table = newTable();
+      const dataSource = await newDataSource({ logger: new ThrowingLogger(), logging: true });
+      const store = newStore(dataSource, { table, ensureSchema: true });
+      await store.init();
+      await admin.query(`DROP TABLE \`${table}\``);
+      await expect(store.tryAcquire(request('s', 'k'))).rejects.toThrow(/doesn't exist/);
     });
   });
 

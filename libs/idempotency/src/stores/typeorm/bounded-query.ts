@@ -46,7 +46,8 @@ export function boundedQuery<T>(
 
 export interface Deadline {
   readonly at: number;
-  readonly expire: () => void;
+  /** Dropped at `settle`: a settled deadline may wait in the queue behind an older one. */
+  expire: () => void;
   settled: boolean;
   next?: Deadline;
 }
@@ -59,6 +60,8 @@ export interface Deadline {
  * settled too; the timer, once armed, is re-armed only when it fires (unref'd:
  * it never keeps a process alive on its own).
  */
+const noop = () => undefined;
+
 export class Deadlines {
   private head?: Deadline;
   private tail?: Deadline;
@@ -95,6 +98,9 @@ export class Deadlines {
   settle(deadline: Deadline): boolean {
     if (deadline.settled) return false;
     deadline.settled = true;
+    // It may stay queued behind an older, slower call: let go of what its closure holds
+    // (the statement's values, the caller's promise) now.
+    deadline.expire = noop;
     while (this.head?.settled) this.head = this.head.next;
     if (!this.head) this.tail = undefined;
     return true;

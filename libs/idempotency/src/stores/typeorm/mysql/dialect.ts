@@ -285,8 +285,8 @@ export class MysqlDialect implements Dialect {
         const [row] = await this.query<PeekRow[]>('acquire (peek)', this.sql.peek, values, logged);
         if (!row) {
           if (peekFirst && learn) this.order.observe(record.scope, false);
-          // Gone, or never there: the acquire decides.
-          return await this.look(values, logged, watched, strict, record, lease);
+          // Gone, or never there: the acquire decides (an insert, then).
+          return await this.look(values, logged, watched, strict, record, lease, false);
         }
         if (peekFirst && learn) this.order.observe(record.scope, true);
         // This attempt's own insert, whatever its insert id said (only an explicit 3 counts).
@@ -296,7 +296,7 @@ export class MysqlDialect implements Dialect {
         const expiresLeftMs = micros(row.expires_left_us) / 1000;
         // A lease or a result that ran out: the acquire steals it (or, strict, moves it).
         if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) {
-          return await this.look(values, logged, watched, strict, record, lease);
+          return await this.look(values, logged, watched, strict, record, lease, true);
         }
         return liveRecord(row, leaseLeftMs, expiresLeftMs, watched);
       } catch (error) {
@@ -321,7 +321,13 @@ export class MysqlDialect implements Dialect {
     return ambiguousRow(row, moved);
   }
 
-  /** The acquiring statement: inserts, steals (or, strict, moves) under the row lock, or reads what is there. */
+  /**
+   * The acquiring statement: inserts, steals (or, strict, moves) under the row
+   * lock, or reads what is there. `stealable`: the peek saw the row there and
+   * stealable, so a row RETURNING shows as this caller's was stolen (RETURNING
+   * does not say whether it inserted; a row purged between the two statements
+   * would be reported stolen though inserted).
+   */
   private async look(
     values: Record<string, unknown>,
     logged: () => Record<string, unknown>,
@@ -329,6 +335,7 @@ export class MysqlDialect implements Dialect {
     strict: boolean,
     record: RecordRef,
     lease: SqlLease,
+    stealable: boolean,
   ): Promise<LookResult> {
     const sql = this.sql;
     const acquire = strict ? sql.acquireStrict : sql.acquire;
@@ -353,7 +360,12 @@ export class MysqlDialect implements Dialect {
         return this.ambiguous(values.id as Buffer, record, mine);
       return ambiguousRow(row, mine);
     }
-    if (mine) return { kind: 'acquired', lease, stolen: true };
+    // Without RETURNING, a row read back as this caller's after insert id 1 is its own
+    // insert (a steal says 2, above).
+    if (mine)
+      return stealable && !readBack
+        ? { kind: 'acquired', lease, stolen: true }
+        : { kind: 'acquired', lease };
     const leaseLeftMs = micros(row.lease_left_us) / 1000;
     const expiresLeftMs = micros(row.expires_left_us) / 1000;
     // Stealable (or, strict, to be moved), yet not: it changed between the statements. Look again.

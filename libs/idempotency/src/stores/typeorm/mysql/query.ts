@@ -110,8 +110,12 @@ export function mysqlStoreQuery<T>(
     let running: MysqlConnection | undefined;
     let attempts = 1;
     const report = (error: Error) => {
-      logger.logQueryError(error, query.text, query.logged());
       reject(storeError(error, product, query.operation));
+      try {
+        logger.logQueryError(error, query.text, query.logged());
+      } catch {
+        // A logger that throws must not take the call (or the shared deadline timer) with it.
+      }
     };
     const deadline = deadlines.add(() => {
       // A connection that did not answer in time is not handed back to the pool.
@@ -135,6 +139,14 @@ export function mysqlStoreQuery<T>(
     };
     function attempt(): void {
       if (deadline.settled) return; // given up (during a deadlock's back-off)
+      try {
+        send();
+      } catch (error) {
+        // The pool threw instead of calling back (a retry runs from a timer: nothing else would catch it).
+        fail(error as Error);
+      }
+    }
+    function send(): void {
       connector!((error, connection) => {
         if (deadline.settled) {
           // The caller gave up while this waited for a connection: hand it back unused.
@@ -222,11 +234,10 @@ const HEARD = Symbol('nest-idempotency: error listener');
  */
 function hearErrors(connection: MysqlConnection, dataSource: DataSource): void {
   const marked = connection as MysqlConnection & { [HEARD]?: true };
-  if (marked[HEARD]) return;
+  // Marked only once the listener is the store's own: someone else's may be removed later.
+  if (marked[HEARD] || connection.listenerCount('error') > 0) return;
   marked[HEARD] = true;
-  if (connection.listenerCount('error') === 0) {
-    connection.on('error', (failure) =>
-      dataSource.logger.log('warn', `MySQL connection raised an error. ${failure}`),
-    );
-  }
+  connection.on('error', (failure) =>
+    dataSource.logger.log('warn', `MySQL connection raised an error. ${failure}`),
+  );
 }
