@@ -81,6 +81,7 @@ class LedgerController {
       `INSERT INTO "${schema}".entries (account, amount) VALUES ($1, $2)`,
       [body.account, amount],
     );
+    await probe.pass('strict');
     if (body.fail === 'throw') throw new Error('the provider hung up mid-charge');
     if (body.fail === 'declined') {
       throw new HttpException('declined', 402, { cause: new IdempotencyNotExecutedError() });
@@ -308,6 +309,35 @@ describe.each(ADAPTERS)("completion: 'transaction' over %s", (adapter) => {
       expect(refused.status).toBe(400);
       expect(probe.count('strict')).toBe(0);
       expect(await recordState(scope, key)).toBe('absent');
+    });
+
+    it('a lease lost before the commit (a duplicate moved it to AMBIGUOUS): 409 outcome unknown without Retry-After, no row, and a retry refused', async () => {
+      const key = randomUUID();
+      const account = randomUUID();
+      const gate = probe.hold('strict');
+      const first = send(url, 'POST', '/ledger/strict/5', { key, body: { account } });
+      await gate.entered.promise;
+      // What a duplicate does in strict mode on finding the lease run out.
+      await dataSource.query(
+        `UPDATE "${schema}".idempotency_records SET state = 'AMBIGUOUS', lease_id = $1,
+           lease_expires_at = NULL, ambiguous_since = now(), ambiguous_reason = 'lease-expired'
+         WHERE scope = $2 AND "key" = $3`,
+        [randomUUID(), scope, key],
+      );
+      gate.release.open();
+      const reply = await first;
+      expect(reply.status).toBe(409);
+      expect(reply.json()).toMatchObject({
+        code: 'idempotency-outcome-unknown',
+        detail: expect.stringContaining('its writes were rolled back'),
+      });
+      expect(reply.headers.get('retry-after')).toBeNull();
+      expect(await rows(account)).toBe(0);
+      expect(await recordState(scope, key)).toBe('AMBIGUOUS');
+      const retried = await send(url, 'POST', '/ledger/strict/5', { key, body: { account } });
+      expect(retried.status).toBe(409);
+      expect(retried.json()).toMatchObject({ code: 'idempotency-outcome-unknown' });
+      expect(probe.count('strict')).toBe(1);
     });
 
     it('a commit that fails: 503 without Retry-After, no row, and the record AMBIGUOUS', async () => {

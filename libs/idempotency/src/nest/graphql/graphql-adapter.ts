@@ -30,7 +30,7 @@ import { toPlain } from '../plain-value';
 import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
 import { graphqlRefusal, isGraphqlRefusal } from './graphql-errors';
 import { handleNext, HandlerEntry } from '../strict/handler-entry';
-import { completionFailureReturned } from '../strict/completion';
+import { completionFailureReturned, LOST_IN_STRICT_MODE } from '../strict/completion';
 
 type ObservedOutcome = Extract<IdempotencyEvent, { type: 'observed' }>['wouldHave'];
 
@@ -217,6 +217,10 @@ export class GraphqlIdempotency {
         () => entry?.entered ?? true,
       );
     } catch (error) {
+      if (error instanceof IdempotencyLeaseLostError && plan.policy.strict) {
+        // Strict mode: moved to AMBIGUOUS by a duplicate; nothing invites a retry.
+        throw graphqlRefusal('idempotency-outcome-unknown', LOST_IN_STRICT_MODE);
+      }
       if (error instanceof IdempotencyLeaseLostError) {
         // Another attempt holds the key now; this one left nothing behind.
         throw graphqlRefusal(

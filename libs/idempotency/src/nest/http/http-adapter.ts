@@ -25,7 +25,7 @@ import { NEVER_STORED_HEADERS, StoredHttpResponse } from '../idempotency.options
 import type { HttpKeySource } from '../handler-options';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
-import { completionFailureReturned } from '../strict/completion';
+import { completionFailureReturned, LOST_IN_STRICT_MODE } from '../strict/completion';
 import {
   completeAnsweredEarly,
   outcomeUnknownProblem,
@@ -354,7 +354,15 @@ export class HttpIdempotency {
     const outcome = kept
       ? 'its writes were rolled back, and strict mode keeps the key until the outcome is resolved'
       : 'nothing happened';
-    if (error instanceof IdempotencyLeaseLostError) {
+    if (error instanceof IdempotencyLeaseLostError && plan.policy.strict) {
+      // Strict mode steals no lease: one that ran out was moved to AMBIGUOUS by a
+      // duplicate, so a retry is refused until the record is resolved, not "later".
+      refusal = problem(
+        409,
+        'idempotency-outcome-unknown',
+        `${plan.where}: ${LOST_IN_STRICT_MODE}`,
+      );
+    } else if (error instanceof IdempotencyLeaseLostError) {
       // A newer attempt holds the key; this one left nothing behind.
       refusal = problem(
         409,

@@ -30,7 +30,7 @@ import type { IdempotencyTransactionRunner } from '../transaction/transaction-ru
 import { settleDelivery } from './rmq-settlement';
 import { rpcExceptions } from './rpc-exceptions';
 import { handleNext, HandlerEntry } from '../strict/handler-entry';
-import { completionFailureReturned } from '../strict/completion';
+import { completionFailureReturned, LOST_IN_STRICT_MODE } from '../strict/completion';
 import { refuseOutcomeUnknown } from '../strict/message-strict';
 
 /** How soon a caller whose attempt lost its key to a newer owner may retry (to be replayed). */
@@ -247,6 +247,10 @@ export class MessageIdempotency {
         () => entry?.entered ?? true,
       );
     } catch (error) {
+      if (error instanceof IdempotencyLeaseLostError && plan.policy.strict) {
+        // Strict mode: moved to AMBIGUOUS by a duplicate; a redelivery would only be refused.
+        return this.reject(context, plan, 'idempotency-outcome-unknown', LOST_IN_STRICT_MODE);
+      }
       if (error instanceof IdempotencyLeaseLostError) {
         // Another attempt holds the key now; this one left nothing behind.
         settleDelivery(context, plan.rmq!, 'inFlight', TAKEN_OVER_RETRY_MS);
