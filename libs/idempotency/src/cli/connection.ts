@@ -1,3 +1,4 @@
+import { errorText } from '../core/error-text';
 import { IdempotencyConfigError, IdempotencyStoreSchemaError } from '../core/errors';
 import { IdempotencyLogger } from '../core/logger';
 import type { IdempotencyStore } from '../core/store';
@@ -318,15 +319,9 @@ export function sqlState(error: unknown): string | undefined {
 
 /** A one-line description of an error: its message, or for an AggregateError its parts'. */
 export function describeError(error: unknown): string {
-  let text: string;
-  if (error instanceof AggregateError && !error.message) {
-    text = error.errors.map((part) => describeError(part)).join('; ');
-  } else if (error instanceof Error) {
-    text = error.message || (error as { code?: string }).code || error.name;
-  } else {
-    text = String(error);
-  }
-  return text.replace(/\s*\n\s*/g, ' ').trim();
+  return errorText(error)
+    .replace(/\s*\n\s*/g, ' ')
+    .trim();
 }
 
 /** `schema.table`, or the Redis prefix and where it lives: what output names the records by. */

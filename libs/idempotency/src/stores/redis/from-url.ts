@@ -1,3 +1,4 @@
+import { errorText } from '../../core/error-text';
 import { IdempotencyConfigError, IdempotencyStoreUnavailableError } from '../../core/errors';
 import type { IdempotencyLogger } from '../../core/logger';
 import type { RedisIdempotencyClient } from './client';
@@ -105,7 +106,7 @@ export function createOwnedConnection(
     lastError = error;
     if (quiet) return;
     quiet = true;
-    logger.warn(`${target}: ${redact(messageOf(error))} (the client reconnects by itself)`);
+    logger.warn(`${target}: ${redact(errorText(error))} (the client reconnects by itself)`);
   });
   client.on('ready', () => {
     quiet = false;
@@ -129,7 +130,7 @@ export function createOwnedConnection(
         if (outcome === 'timeout') {
           // Stop the client retrying in the background.
           client.destroy();
-          const why = lastError === undefined ? 'no answer' : redact(messageOf(lastError));
+          const why = lastError === undefined ? 'no answer' : redact(errorText(lastError));
           throw new IdempotencyStoreUnavailableError(
             `cannot connect to ${target} within ${connectTimeoutMs} ms: ${why}`,
           );
@@ -138,7 +139,7 @@ export function createOwnedConnection(
         if (error instanceof IdempotencyStoreUnavailableError) throw error;
         if (client.isOpen) client.destroy();
         throw new IdempotencyStoreUnavailableError(
-          `cannot connect to ${target}: ${redact(messageOf(error))}`,
+          `cannot connect to ${target}: ${redact(errorText(error))}`,
           1000,
           { cause: error },
         );
@@ -161,7 +162,7 @@ function loadRedis(where: string): RedisPackage {
     return require('redis') as RedisPackage;
   } catch (error) {
     throw new IdempotencyConfigError(
-      `${where} needs the redis package (node-redis 5 or 6: npm install redis), which could not be loaded: ${messageOf(error)}`,
+      `${where} needs the redis package (node-redis 5 or 6: npm install redis), which could not be loaded: ${errorText(error)}`,
       { cause: error },
     );
   }
@@ -207,12 +208,4 @@ function decode(text: string): string {
   } catch {
     return text;
   }
-}
-
-function messageOf(error: unknown): string {
-  if (error instanceof AggregateError && !error.message) {
-    return error.errors.map(messageOf).join('; ');
-  }
-  if (error instanceof Error) return error.message || error.name;
-  return String(error);
 }

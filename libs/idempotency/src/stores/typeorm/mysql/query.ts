@@ -1,4 +1,5 @@
 import type { DataSource } from 'typeorm';
+import { errorText } from '../../../core/error-text';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type { Deadlines } from '../bounded-query';
 import { logsQueries } from '../query-log';
@@ -192,20 +193,10 @@ export function mysqlStoreQuery<T>(
 function storeError(error: Error, product: string, operation: string): Error {
   if (error instanceof IdempotencyStoreUnavailableError || !isMysqlUnavailable(error)) return error;
   return new IdempotencyStoreUnavailableError(
-    `${product} is unavailable during ${operation}: ${describe(error)}`,
+    `${product} is unavailable during ${operation}: ${errorText(error)}`,
     1000,
     { cause: error },
   );
-}
-
-/** An error's message, or for an AggregateError (every address refused) its parts'. */
-function describe(error: unknown): string {
-  if (error instanceof AggregateError && !error.message) {
-    return error.errors.map((part) => describe(part)).join('; ');
-  }
-  if (error instanceof Error)
-    return error.message || (error as { code?: string }).code || error.name;
-  return String(error);
 }
 
 /** InnoDB's ER_LOCK_DEADLOCK: this statement was chosen as the victim and rolled back whole. */
