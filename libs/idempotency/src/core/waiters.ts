@@ -49,7 +49,7 @@ export class WaiterRegistry {
     return this.count;
   }
 
-  /** A ticket's `dispose`. */
+  /** @internal A ticket's `dispose` (not for other callers). */
   remove(id: string, ticket: WaitTicket): void {
     const held = this.tickets.get(id);
     if (held === ticket) {

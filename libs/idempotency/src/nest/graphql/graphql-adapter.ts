@@ -219,7 +219,10 @@ export class GraphqlIdempotency {
     } catch (error) {
       if (error instanceof IdempotencyLeaseLostError && plan.policy.strict) {
         // Strict mode: moved to AMBIGUOUS by a duplicate; nothing invites a retry.
-        throw graphqlRefusal('idempotency-outcome-unknown', LOST_IN_STRICT_MODE);
+        throw graphqlRefusal(
+          'idempotency-outcome-unknown',
+          `${plan.where}: ${LOST_IN_STRICT_MODE}`,
+        );
       }
       if (error instanceof IdempotencyLeaseLostError) {
         // Another attempt holds the key now; this one left nothing behind.

@@ -44,6 +44,8 @@ export function boundedQuery<T>(
   return withinTimeout(dataSource.query(sql, params) as Promise<T[]>, timeoutMs, operation);
 }
 
+const noop = () => undefined;
+
 export interface Deadline {
   readonly at: number;
   /** Dropped at `settle`: a settled deadline may wait in the queue behind an older one. */
@@ -60,8 +62,6 @@ export interface Deadline {
  * settled too; the timer, once armed, is re-armed only when it fires (unref'd:
  * it never keeps a process alive on its own).
  */
-const noop = () => undefined;
-
 export class Deadlines {
   private head?: Deadline;
   private tail?: Deadline;

@@ -78,6 +78,17 @@ interface AmbiguousRow {
 
 const CHANGED: LookResult = { kind: 'changed' };
 
+/** One `tryAcquire` as every statement of its looks needs it. */
+interface AcquireCall {
+  readonly record: RecordRef;
+  readonly lease: SqlLease;
+  readonly strict: boolean;
+  /** The acquiring statements' parameters, by name. */
+  readonly values: Record<string, unknown>;
+  /** What query logging shows in their place. */
+  readonly logged: () => Record<string, unknown>;
+}
+
 interface ViewRow {
   scope: string;
   key: string;
@@ -255,6 +266,7 @@ export class MysqlDialect implements Dialect {
         scope: loggedScope(record.scope),
         key: record.digest,
       });
+    const call: AcquireCall = { record, lease, strict, values, logged };
     // The wake-up poller follows the record from the first look that finds it in
     // flight (a replay never gets that far, and so never registers).
     let watch: WakeWatch | undefined;
@@ -286,17 +298,17 @@ export class MysqlDialect implements Dialect {
         if (!row) {
           if (peekFirst && learn) this.order.observe(record.scope, false);
           // Gone, or never there: the acquire decides (an insert, then).
-          return await this.look(values, logged, watched, strict, record, lease, false);
+          return await this.acquireStatement(call, watched, false);
         }
         if (peekFirst && learn) this.order.observe(record.scope, true);
         // This attempt's own insert, whatever its insert id said (only an explicit 3 counts).
         if (row.state === 'IN_PROGRESS' && row.lease_id === lease.leaseId) return acquired;
-        if (row.state === 'AMBIGUOUS') return await this.ambiguous(values.id, record);
+        if (row.state === 'AMBIGUOUS') return await this.ambiguous(record);
         const leaseLeftMs = micros(row.lease_left_us) / 1000;
         const expiresLeftMs = micros(row.expires_left_us) / 1000;
         // A lease or a result that ran out: the acquire steals it (or, strict, moves it).
         if (row.state === 'IN_PROGRESS' ? leaseLeftMs <= 0 : expiresLeftMs <= 0) {
-          return await this.look(values, logged, watched, strict, record, lease, true);
+          return await this.acquireStatement(call, watched, true);
         }
         return liveRecord(row, leaseLeftMs, expiresLeftMs, watched);
       } catch (error) {
@@ -309,11 +321,11 @@ export class MysqlDialect implements Dialect {
   }
 
   /** An AMBIGUOUS record's since and why (which the peek and `acquire` do not read); `moved` by this look. */
-  private async ambiguous(id: Buffer, record: RecordRef, moved = false): Promise<LookResult> {
+  private async ambiguous(record: RecordRef, moved = false): Promise<LookResult> {
     const [row] = await this.query<AmbiguousRow[]>(
       'acquire',
       this.sql.ambiguousRead,
-      { id },
+      { id: record.id },
       { id: record.idHex },
     );
     // Resolved since: look again.
@@ -328,15 +340,12 @@ export class MysqlDialect implements Dialect {
    * does not say whether it inserted; a row purged between the two statements
    * would be reported stolen though inserted).
    */
-  private async look(
-    values: Record<string, unknown>,
-    logged: () => Record<string, unknown>,
+  private async acquireStatement(
+    call: AcquireCall,
     observe: ((leaseId: string) => void) | undefined,
-    strict: boolean,
-    record: RecordRef,
-    lease: SqlLease,
     stealable: boolean,
   ): Promise<LookResult> {
+    const { record, lease, strict, values, logged } = call;
     const sql = this.sql;
     const acquire = strict ? sql.acquireStrict : sql.acquire;
     const readBack = strict ? sql.readBackStrict : sql.readBack;
@@ -356,8 +365,7 @@ export class MysqlDialect implements Dialect {
     if (row.state === 'AMBIGUOUS') {
       // Moved there by this very statement (its lease id is the mark), or found so.
       if (mine) this.context.waiters.notify(record.idHex);
-      if (row.ambiguous_since_us === undefined)
-        return this.ambiguous(values.id as Buffer, record, mine);
+      if (row.ambiguous_since_us === undefined) return this.ambiguous(record, mine);
       return ambiguousRow(row, mine);
     }
     // Without RETURNING, a row read back as this caller's after insert id 1 is its own

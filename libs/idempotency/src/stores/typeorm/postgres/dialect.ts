@@ -207,8 +207,8 @@ export class PostgresDialect implements Dialect {
 
   private attempt(record: RecordRef, request: AcquireRequest, lease: SqlLease): AcquireAttempt {
     const { leaseId } = lease;
-    const ACQUIRED: LookResult = { kind: 'acquired', lease };
-    const STOLEN: LookResult = { kind: 'acquired', lease, stolen: true };
+    const acquired: LookResult = { kind: 'acquired', lease };
+    const stolen: LookResult = { kind: 'acquired', lease, stolen: true };
     const { id, scope } = record;
     const { leaseMs, ttlMs, fingerprint, onExpiredLease } = request;
     const sql = this.sql;
@@ -244,13 +244,13 @@ export class PostgresDialect implements Dialect {
           insertFirst = false;
           const inserted = await insert();
           learn(!inserted);
-          if (inserted) return ACQUIRED;
+          if (inserted) return acquired;
         }
         const {
           rows: [row],
         } = await this.query<PeekRow>('acquire', sql.peek, [id], () => [record.idHex]);
         learn(row !== undefined);
-        if (!row) return (await insert()) ? ACQUIRED : CHANGED;
+        if (!row) return (await insert()) ? acquired : CHANGED;
         const leaseLeftMs = row.lease_left_ms ?? 0;
         const expiresLeftMs = row.expires_left_ms;
         if (row.state === 'AMBIGUOUS') {
@@ -287,7 +287,7 @@ export class PostgresDialect implements Dialect {
             [id, leaseId, leaseMs, ttlMs, fingerprint],
             () => [record.idHex, leaseId, leaseMs, ttlMs, fingerprint],
           );
-          return rowCount === 1 ? STOLEN : CHANGED;
+          return rowCount === 1 ? stolen : CHANGED;
         }
         if (
           watch &&
