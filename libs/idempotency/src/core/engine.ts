@@ -1,43 +1,28 @@
-import {
-  IdempotencyCompletionError,
-  IdempotencyConfigError,
-  IdempotencyFingerprintMismatchException,
-  IdempotencyInFlightException,
-  IdempotencyPayloadError,
-} from './errors';
+import { IdempotencyConfigError, IdempotencyError } from './errors';
 import type { IdempotencyEvent, IdempotencyEventListener } from './events';
-import { CompletionRetryOptions, describeError, Execution, ExecutionContext } from './execution';
-import { assertValidKey, keyDigest, storedScope } from './key';
+import { describeError } from './error-text';
+import {
+  performCall,
+  type CallOutcome,
+  type CallRequest,
+  type CallWork,
+  type Capture,
+} from './lifecycle';
+import { begin, type BeginOutcome, type CallOptions } from './look';
 import type { IdempotencyLogger } from './logger';
 import { decodeValue, encodeValue } from './payload';
 import { compilePolicy, ExecutionPolicy, PolicyOptions } from './policy';
-import { answerAmbiguous, assertStrictModeSupported } from './strict';
-import type {
-  IdempotencyStore,
-  StoredPayload,
-  TransactionalCompletion,
-  TransactionRunner,
-} from './store';
+import type { CompletionRetryOptions, EngineRuntime } from './runtime';
+import { assertStrictModeSupported } from './strict';
+import type { IdempotencyStore, TransactionalCompletion, TransactionRunner } from './store';
 
-/** One call: which key, and what identifies the request behind it. */
-export interface CallOptions {
-  key: string;
-  /** A record first taken with another fingerprint refuses this call (`IdempotencyFingerprintMismatchException`). */
-  fingerprint?: string | null;
-  /** The principal the call acts for: part of the record's identity, never logged. */
-  tenant?: string;
-}
+export type { BeginOutcome, CallOptions } from './look';
 
 /** A whole request for `execute`: the policy and the call in one object. */
 export interface ExecuteRequest extends PolicyOptions, CallOptions {}
 
 export type ExecuteOutcome<T> =
   { kind: 'executed'; value: T } | { kind: 'replayed'; value: T; completedAt: Date };
-
-/** What `begin` found: the record is ours to run, or it was already completed. */
-export type BeginOutcome =
-  | { kind: 'acquired'; execution: Execution }
-  | { kind: 'replayed'; payload: StoredPayload; completedAt: Date };
 
 export interface IdempotencyEngineOptions {
   logger?: IdempotencyLogger;
@@ -65,7 +50,7 @@ const consoleLogger: IdempotencyLogger = {
  */
 export class IdempotencyEngine {
   private readonly listeners = new Set<IdempotencyEventListener>();
-  private readonly context: ExecutionContext;
+  private readonly context: EngineRuntime;
 
   constructor(
     readonly store: IdempotencyStore,
@@ -118,46 +103,12 @@ export class IdempotencyEngine {
     call: CallOptions,
     action: (signal: AbortSignal) => Promise<T>,
   ): Promise<ExecuteOutcome<T>> {
-    const begun = await this.begin(policy, call);
-    if (begun.kind === 'replayed') {
-      return {
-        kind: 'replayed',
-        value: decodeValue(begun.payload) as T,
-        completedAt: begun.completedAt,
-      };
-    }
-    const { execution } = begun;
-    let value: T;
-    try {
-      value = await action(execution.signal);
-    } catch (error) {
-      // Released; in strict mode AMBIGUOUS unless the error says the action did not run.
-      await execution.fail(error);
-      throw error;
-    }
-    let payload: StoredPayload;
-    try {
-      payload = encodeValue(value);
-    } catch (error) {
-      // The action ran: its record must say so, or a duplicate would run it again.
-      const reason = (error as Error).message;
-      await execution.completeNotStorable(reason);
-      throw new IdempotencyPayloadError(
-        `${execution.keyDigest}: ${reason}; the action ran, so its record is completed without a result and a duplicate is refused`,
-        { cause: error },
-      );
-    }
-    try {
-      await execution.complete(payload);
-    } catch (error) {
-      if (!(error instanceof IdempotencyCompletionError) || policy.onCompletionFailure !== 'return')
-        throw error;
-      // onCompletionFailure: 'return': the caller gets the value; the record stays IN_PROGRESS.
-      this.context.logger.warn(
-        `${error.message}; onCompletionFailure: 'return' hands the caller its value anyway`,
-      );
-    }
-    return { kind: 'executed', value };
+    return valueOutcome(
+      await this.perform<T>(policy, requestOf(call), {
+        invoke: ({ signal }) => action(signal),
+        capture: captureValue,
+      }),
+    );
   }
 
   /**
@@ -181,131 +132,43 @@ export class IdempotencyEngine {
         `${policy.where}: runInTransaction needs a store that completes inside a database transaction (store.transactional, e.g. TypeOrmIdempotencyStore on PostgreSQL); this store does not`,
       );
     }
-    const begun = await this.begin(policy, call);
-    if (begun.kind === 'replayed') {
-      return {
-        kind: 'replayed',
-        value: decodeValue(begun.payload) as T,
-        completedAt: begun.completedAt,
-      };
-    }
-    const { execution } = begun;
     const runner: TransactionRunner<Tx> =
       options.transaction ?? ((work) => transactional.transaction(work));
-    const value = await execution.runInTransaction(runner, async (tx) => {
-      const value = await action(tx, execution.signal);
-      let payload: StoredPayload;
-      try {
-        payload = encodeValue(value);
-      } catch (error) {
-        // Nothing is committed: the writes roll back with the record's completion.
-        throw new IdempotencyPayloadError(
-          `${execution.keyDigest}: ${(error as Error).message}; the transaction was rolled back`,
-          { cause: error },
-        );
-      }
-      return { value, payload };
-    });
-    return { kind: 'executed', value };
+    return valueOutcome(
+      await this.perform<T>(policy, requestOf(call), {
+        invoke: ({ signal, tx }) => action(tx as Tx, signal),
+        capture: captureValue,
+        transaction: runner as TransactionRunner,
+      }),
+    );
   }
 
   /**
-   * The low-level step adapters build on: validates the key, acquires (the
-   * store may wait for a holder's outcome), and either hands back the stored
-   * payload of a completed record or an `Execution` that the caller must end
-   * with `complete(payload)` or `release()`. Throws
-   * `IdempotencyInFlightException` (still held after the wait),
-   * `IdempotencyFingerprintMismatchException`, `IdempotencyKeyError` and the
-   * store's `IdempotencyStoreUnavailableError`.
-   *
-   * `options.observing`: observe mode, where the caller runs the action
-   * whatever the record says and reports an `observed` event itself; the
-   * `replayed`, `in-flight` and `fingerprint-mismatch` events, which would
-   * count refusals and replays that never happened, are not emitted.
+   * The lifecycle every door goes through (see ./lifecycle.ts): the look,
+   * observe mode, the run with its heartbeat, the transaction, strict mode,
+   * the capture and completion of the result, and refusals, which come back
+   * as a `CallOutcome` for the door to render rather than as errors.
    */
-  async begin(
+  perform<T>(
+    policy: ExecutionPolicy,
+    request: CallRequest,
+    work: CallWork<T>,
+  ): Promise<CallOutcome<T>> {
+    return performCall(this.context, policy, request, work);
+  }
+
+  /**
+   * The look alone (./look.ts): validates the key and acquires the record,
+   * or hands back its stored payload. An `acquired` outcome's `Execution`
+   * must be ended by the caller (`complete`, `release` or `fail`). Prefer
+   * `run` or `perform`, which end it themselves.
+   */
+  begin(
     policy: ExecutionPolicy,
     call: CallOptions,
     options: { observing?: boolean } = {},
   ): Promise<BeginOutcome> {
-    const emit = options.observing ? () => {} : this.context.emit;
-    // The digest in its messages is the one events and logs use for this record.
-    assertValidKey(policy.where, call.key, policy.maxKeyLength, (key) =>
-      keyDigest(policy.scope, key, call.tenant),
-    );
-    if (policy.strict) assertStrictModeSupported(policy, this.context.store);
-    const startedAt = performance.now();
-    const result = await this.context.store.tryAcquire({
-      scope: storedScope(policy.scope, call.tenant),
-      key: call.key,
-      leaseMs: policy.leaseMs,
-      waitTimeoutMs: policy.waitTimeoutMs,
-      ttlMs: policy.ttlMs,
-      fingerprint: call.fingerprint ?? null,
-      onExpiredLease: policy.strict ? 'refuse' : 'steal',
-    });
-    // Only outcomes that log or emit need the digest; a replay usually does not.
-    const { key, tenant } = call;
-    const digest = () => keyDigest(policy.scope, key, tenant);
-    if (result.waitedMs !== undefined) {
-      const waitedMs = result.waitedMs;
-      this.context.emit(() => ({
-        type: 'waited',
-        scope: policy.scope,
-        keyDigest: digest(),
-        waitedMs,
-      }));
-    }
-    switch (result.kind) {
-      case 'duplicate':
-        emit(() => ({
-          type: 'replayed',
-          scope: policy.scope,
-          keyDigest: digest(),
-          acquireMs: performance.now() - startedAt,
-        }));
-        return { kind: 'replayed', payload: result.payload, completedAt: result.completedAt };
-      case 'acquired': {
-        // The digest is computed when a log line or an event first needs it, then kept.
-        const execution = new Execution(this.context, policy.scope, digest, result.lease, policy);
-        this.context.emit(() => ({
-          type: 'acquired',
-          scope: policy.scope,
-          keyDigest: execution.keyDigest,
-          acquireMs: performance.now() - startedAt,
-          stolen: result.stolen === true,
-        }));
-        return { kind: 'acquired', execution };
-      }
-      case 'in-flight': {
-        const error = new IdempotencyInFlightException(result.retryAfterMs, policy.scope, digest());
-        emit(() => ({
-          type: 'in-flight',
-          scope: policy.scope,
-          keyDigest: error.keyDigest,
-          retryAfterMs: result.retryAfterMs,
-          acquireMs: performance.now() - startedAt,
-        }));
-        throw error;
-      }
-      case 'fingerprint-mismatch': {
-        const error = new IdempotencyFingerprintMismatchException(policy.scope, digest());
-        emit(() => ({
-          type: 'fingerprint-mismatch',
-          scope: policy.scope,
-          keyDigest: error.keyDigest,
-        }));
-        throw error;
-      }
-      case 'ambiguous': {
-        // Strict mode: ask the reconcile hook, or refuse (IdempotencyOutcomeUnknownException).
-        const id = { scope: storedScope(policy.scope, tenant), key };
-        const answer = await answerAmbiguous(this.context, policy, id, result, digest(), startedAt);
-        return answer.kind === 'acquire-again' ? this.begin(policy, call, options) : answer;
-      }
-      default:
-        return assertNever(result);
-    }
+    return begin(this.context, policy, call, options);
   }
 
   private dispatch(event: IdempotencyEvent): void {
@@ -319,6 +182,36 @@ export class IdempotencyEngine {
   }
 }
 
-function assertNever(value: never): never {
-  throw new Error(`unexpected acquire result ${JSON.stringify(value)}`);
+function requestOf(call: CallOptions): CallRequest {
+  return {
+    identity: {
+      kind: 'key',
+      key: call.key,
+      fingerprint: call.fingerprint ?? null,
+      tenant: call.tenant,
+    },
+    required: true,
+  };
+}
+
+/** Plain code's results: the value as JSON, encoded once. */
+function captureValue(value: unknown): Capture {
+  return { kind: 'stored', payload: encodeValue(value) };
+}
+
+/** A lifecycle's outcome as plain code sees it: the value, or the typed error a refusal stands for. */
+function valueOutcome<T>(outcome: CallOutcome<T>): ExecuteOutcome<T> {
+  switch (outcome.kind) {
+    case 'executed':
+      if (outcome.failure) throw outcome.failure.error;
+      return { kind: 'executed', value: outcome.value };
+    case 'replayed':
+      return {
+        kind: 'replayed',
+        value: decodeValue(outcome.payload) as T,
+        completedAt: outcome.completedAt,
+      };
+    case 'refused':
+      throw outcome.error ?? new IdempotencyError(`refused: ${outcome.refusal.code}`);
+  }
 }

@@ -117,3 +117,6 @@ export type IdempotencyEvent =
     };
 
 export type IdempotencyEventListener = (event: IdempotencyEvent) => void;
+
+/** What enforce mode would have done, as an `observed` event reports it. */
+export type ObservedOutcome = Extract<IdempotencyEvent, { type: 'observed' }>['wouldHave'];

@@ -5,33 +5,15 @@ import {
   IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from './errors';
-import type { IdempotencyEvent, ReleaseReason } from './events';
-import type { IdempotencyLogger } from './logger';
+import { describeError } from './error-text';
+import type { ReleaseReason } from './events';
 import type { ExecutionPolicy } from './policy';
 import { isNotExecuted } from './strict';
 import { encodeNotStorable, notStorableReason } from './payload';
-import type {
-  IdempotencyStore,
-  Lease,
-  StoredPayload,
-  TransactionalCompletion,
-  TransactionRunner,
-} from './store';
+import type { EngineRuntime } from './runtime';
+import type { Lease, StoredPayload, TransactionalCompletion, TransactionRunner } from './store';
 
-export interface CompletionRetryOptions {
-  /** Attempts in all, the first included. */
-  attempts: number;
-  initialDelayMs: number;
-  maxDelayMs: number;
-}
-
-/** What an execution needs from its engine. */
-export interface ExecutionContext {
-  store: IdempotencyStore;
-  logger: IdempotencyLogger;
-  retry: CompletionRetryOptions;
-  emit: (event: () => IdempotencyEvent) => void;
-}
+export type { CompletionRetryOptions } from './runtime';
 
 /** How a completion ended for the caller: stored, or refused because another owner has the record now. */
 export type CompletionResult = 'stored' | 'lease-lost';
@@ -53,7 +35,7 @@ export class Execution {
   private finished = false;
 
   constructor(
-    private readonly context: ExecutionContext,
+    private readonly context: EngineRuntime,
     readonly scope: string,
     /**
      * The record's name in logs and events (scope and key digest), or a
@@ -439,10 +421,6 @@ export class Execution {
       }));
     }
   }
-}
-
-export function describeError(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }
 
 /**

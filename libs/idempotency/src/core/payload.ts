@@ -88,6 +88,14 @@ export function encodeHttpResponse(response: HttpResponseRecord): StoredPayload 
   return payload;
 }
 
+/**
+ * True for a payload holding an HTTP response (as the HTTP door stores one),
+ * false for a value (as a resolution or another door stores one).
+ */
+export function isHttpResponse(payload: StoredPayload): boolean {
+  return payload[0] === HTTP || payload[0] === LEGACY;
+}
+
 export function decodeHttpResponse(payload: StoredPayload): HttpResponseRecord {
   if (payload[0] === LEGACY) {
     const legacy = decodeLegacy(payload);

@@ -3,7 +3,8 @@ import {
   IdempotencyNotExecutedError,
   IdempotencyOutcomeUnknownException,
 } from './errors';
-import type { ExecutionContext } from './execution';
+import { describeError } from './error-text';
+import type { EngineRuntime } from './runtime';
 import { encodeValue } from './payload';
 import type { ExecutionPolicy, ReconcileAnswer } from './policy';
 import type { AmbiguousRecord, IdempotencyStore, StoredPayload } from './store';
@@ -34,7 +35,7 @@ export function assertStrictModeSupported(policy: ExecutionPolicy, store: Idempo
 export function isNotExecuted(
   policy: Pick<ExecutionPolicy, 'notExecuted'>,
   error: unknown,
-  logger: ExecutionContext['logger'],
+  logger: EngineRuntime['logger'],
 ): boolean {
   if (IdempotencyNotExecutedError.isIn(error)) return true;
   if (!policy.notExecuted) return false;
@@ -59,7 +60,7 @@ export type AmbiguousAnswer =
  * Throws `IdempotencyOutcomeUnknownException` for a refusal.
  */
 export async function answerAmbiguous(
-  context: ExecutionContext,
+  context: EngineRuntime,
   policy: ExecutionPolicy,
   id: { scope: string; key: string },
   found: AmbiguousRecord,
@@ -126,7 +127,7 @@ export async function answerAmbiguous(
 }
 
 async function ask(
-  context: ExecutionContext,
+  context: EngineRuntime,
   policy: ExecutionPolicy,
   id: { key: string },
   found: AmbiguousRecord,
@@ -162,9 +163,4 @@ async function ask(
     }));
     return { outcome: 'unknown' };
   }
-}
-
-/** As execution.ts's `describeError` (not imported: execution.ts imports this file). */
-function describeError(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

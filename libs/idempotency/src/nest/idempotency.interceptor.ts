@@ -8,26 +8,26 @@ import {
 } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { IdempotencyConfigError } from '../core/errors';
-import { GraphqlIdempotency } from './graphql/graphql-adapter';
-import { HttpIdempotency } from './http/http-adapter';
+import { GraphqlDoor } from './doors/graphql/graphql.door';
+import { HttpDoor } from './doors/http/http.door';
+import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
-import { MessageIdempotency } from './rpc/message-adapter';
 
 const seen = new WeakSet<ExecutionContext>();
 
 /**
  * Applied by `@Idempotent()` itself, to the handler it decorates, so it runs
  * whatever the application's global configuration (a hybrid application's
- * microservice included). It only dispatches: the HTTP adapter and the
- * message adapter (and the GraphQL one) own the key, the stored result and the refusals.
+ * microservice included). It only dispatches to the door of the call's kind
+ * (HTTP, messages, GraphQL), which owns the key, the stored result and the refusals.
  */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   constructor(
     @Optional() private readonly explorer?: IdempotencyExplorer,
-    @Optional() private readonly http?: HttpIdempotency,
-    @Optional() private readonly messages?: MessageIdempotency,
-    @Optional() private readonly graphql?: GraphqlIdempotency,
+    @Optional() private readonly http?: HttpDoor,
+    @Optional() private readonly messages?: MessageDoor,
+    @Optional() private readonly graphql?: GraphqlDoor,
   ) {}
 
   onModuleInit(): void {

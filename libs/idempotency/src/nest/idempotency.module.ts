@@ -4,8 +4,9 @@ import { IdempotencyEngine } from '../core/engine';
 import { IdempotencyStore } from '../core/store';
 import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
 import { instrumentIdempotencyEngine, TracingIdempotencyStore } from '../telemetry/opentelemetry';
-import { GraphqlIdempotency } from './graphql/graphql-adapter';
-import { HttpIdempotency } from './http/http-adapter';
+import { GraphqlDoor } from './doors/graphql/graphql.door';
+import { HttpDoor } from './doors/http/http.door';
+import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
 import {
@@ -16,7 +17,6 @@ import { IdempotencyModuleOptions } from './idempotency.options';
 import { compileModuleSettings, ModuleSettings } from './module-settings';
 import { MODULE_SETTINGS } from './module-settings.provider';
 import { IdempotencyOpenApiDocumenter } from './openapi/openapi-documenter';
-import { MessageIdempotency } from './rpc/message-adapter';
 import { IdempotencyTransaction } from './transaction/idempotency-transaction';
 import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
 
@@ -44,7 +44,7 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
       useFactory: (settings: ModuleSettings) => createEngine(settings),
     },
     {
-      provide: HttpIdempotency,
+      provide: HttpDoor,
       inject: [IdempotencyEngine, MODULE_SETTINGS, HttpAdapterHost, IdempotencyTransactionRunner],
       useFactory: (
         engine: IdempotencyEngine,
@@ -52,7 +52,7 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
         host: HttpAdapterHost,
         transactions: IdempotencyTransactionRunner,
       ) =>
-        new HttpIdempotency(
+        new HttpDoor(
           engine,
           settings,
           host,
@@ -61,14 +61,14 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
         ),
     },
     {
-      provide: MessageIdempotency,
+      provide: MessageDoor,
       inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
       useFactory: (
         engine: IdempotencyEngine,
         settings: ModuleSettings,
         transactions: IdempotencyTransactionRunner,
       ) =>
-        new MessageIdempotency(
+        new MessageDoor(
           engine,
           settings,
           settings.options.logger ?? new Logger('Idempotency'),
@@ -76,14 +76,14 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
         ),
     },
     {
-      provide: GraphqlIdempotency,
+      provide: GraphqlDoor,
       inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
       useFactory: (
         engine: IdempotencyEngine,
         settings: ModuleSettings,
         transactions: IdempotencyTransactionRunner,
       ) =>
-        new GraphqlIdempotency(
+        new GraphqlDoor(
           engine,
           settings,
           settings.options.logger ?? new Logger('Idempotency'),
@@ -100,9 +100,9 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
     IdempotencyStore,
     IdempotencyEngine,
     IdempotencyExplorer,
-    HttpIdempotency,
-    MessageIdempotency,
-    GraphqlIdempotency,
+    HttpDoor,
+    MessageDoor,
+    GraphqlDoor,
     IdempotencyTransaction,
     IdempotencyPurgeScheduler,
     IDEMPOTENCY_MODULE_OPTIONS,

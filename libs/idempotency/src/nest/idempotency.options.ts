@@ -136,9 +136,11 @@ export interface IdempotencyModuleOptions {
   /**
    * The principal a request acts for. When it returns a string, that string is
    * part of the record's identity: one client's key never replays another's
-   * response. It is never logged.
+   * response. It is never logged. Not given: `request.user`'s `id` (else
+   * `sub`), as a digest, on HTTP routes and GraphQL mutations whose request
+   * has one. `false`: no tenant, every caller shares a key's record.
    */
-  tenant?: (context: ExecutionContext) => string | undefined;
+  tenant?: ((context: ExecutionContext) => string | undefined) | false;
   /** Applied to a copy of every result before it is stored (and so to every replay). */
   sanitize?: (result: StoredResult) => StoredResult;
   rmq?: IdempotencyRmqOptions;

@@ -2,7 +2,7 @@ import { applyDecorators, UseInterceptors } from '@nestjs/common';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import type { IdempotentOptions } from './handler-options';
 import { IdempotentMetadata } from './idempotent.metadata';
-import { MarkHandlerEntry } from './strict/handler-entry';
+import { MarkHandlerEntry } from './doors/handler-entry';
 
 export type {
   GraphqlKeySource,
@@ -24,7 +24,7 @@ export type {
  *
  * The decorated method (on a class: each of its handlers) is replaced by a
  * thin wrapper, metadata copied, that tells strict mode whether the
- * handler's body was entered (see nest/strict/handler-entry.ts).
+ * handler's body was entered (see nest/doors/handler-entry.ts).
  */
 export const Idempotent = (options: IdempotentOptions = {}) =>
   applyDecorators(

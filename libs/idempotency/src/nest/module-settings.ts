@@ -15,6 +15,7 @@ import {
   IdempotencyStoreFromOptions,
   RmqSettlement,
 } from './idempotency.options';
+import { compileTenant, type TenantRule } from './tenant';
 
 const WHERE = 'IdempotencyModule';
 
@@ -34,6 +35,8 @@ export interface ModuleSettings {
   /** Document idempotent routes for `@nestjs/swagger`. */
   openapi: boolean;
   purge: { intervalMs: number; batchSize: number } | false;
+  /** Whose record a call reads and writes (the `tenant` option, or `request.user` by default). */
+  tenantOf: TenantRule;
 }
 
 /** Throws `IdempotencyConfigError` naming the option, so a typo fails the bootstrap rather than a request. */
@@ -111,6 +114,7 @@ export function compileModuleSettings(given: IdempotencyModuleOptions | undefine
     rmq: compileRmq(options.rmq, `${WHERE}: option "rmq`),
     openapi: http.openapi ?? true,
     purge: compilePurge(options.purge),
+    tenantOf: compileTenant(options.tenant),
   };
 }
 

@@ -5,7 +5,7 @@ type GraphQL = typeof import('graphql');
 let loaded: GraphQL | undefined;
 
 /** `graphql`, loaded when the first mutation needs it: only GraphQL applications install it. */
-function graphql(): GraphQL {
+export function graphqlModule(): GraphQL {
   if (!loaded) {
     try {
       // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -32,14 +32,18 @@ export const GRAPHQL_CODES = {
   'idempotency-outcome-unknown': 'IDEMPOTENCY_OUTCOME_UNKNOWN',
 } as const;
 
-export type RefusalCode = keyof typeof GRAPHQL_CODES;
+export type GraphqlRefusalCode = keyof typeof GRAPHQL_CODES;
 
 /**
  * A refusal as a GraphQL error: `extensions.code` (e.g. `IDEMPOTENCY_IN_FLIGHT`)
  * and, where a retry can succeed, `extensions.retryAfterMs`.
  */
-export function graphqlRefusal(code: RefusalCode, message: string, retryAfterMs?: number): Error {
-  const { GraphQLError } = graphql();
+export function graphqlRefusal(
+  code: GraphqlRefusalCode,
+  message: string,
+  retryAfterMs?: number,
+): Error {
+  const { GraphQLError } = graphqlModule();
   return new GraphQLError(message, {
     extensions: {
       code: GRAPHQL_CODES[code],
@@ -55,5 +59,5 @@ export function isGraphqlRefusal(error: unknown): boolean {
 
 /** Fails the bootstrap when the package is missing, rather than the first mutation. */
 export function requireGraphql(): void {
-  graphql();
+  graphqlModule();
 }

@@ -1,0 +1,486 @@
+import { describeError } from './error-text';
+import {
+  IdempotencyCompletionError,
+  IdempotencyLeaseLostError,
+  IdempotencyPayloadError,
+  IdempotencyStoreUnavailableError,
+} from './errors';
+import type { ObservedOutcome } from './events';
+import { keptAmbiguous, type Execution } from './execution';
+import { keyDigest } from './key';
+import { begin, type CallOptions } from './look';
+import { notStorableReason } from './payload';
+import type { ExecutionPolicy } from './policy';
+import { refusalOf, type Refusal } from './refusal';
+import type { EngineRuntime } from './runtime';
+import type { StoredPayload, TransactionRunner } from './store';
+
+/**
+ * The one lifecycle of an idempotent call, whatever door it came through: the
+ * look (and the wait inside the store), observe mode, the run with its
+ * heartbeat and abort signal, the transaction, strict mode, the capture of
+ * the result, its completion and what a failed completion means, refusals
+ * and events. `IdempotencyEngine.run` and every Nest door go through it; a
+ * door supplies only what differs (`CallRequest`, `CallWork`) and renders the
+ * `CallOutcome`.
+ */
+
+/** Who is calling, as the door read it. */
+export type CallIdentity =
+  | ({ kind: 'key' } & CallOptions)
+  /** No key was sent (or the key source gave none). */
+  | { kind: 'absent' }
+  /** The door found the request unusable before any look (a malformed key header, an unreadable body). */
+  | { kind: 'refused'; refusal: Refusal };
+
+export interface CallRequest {
+  identity: CallIdentity;
+  /** Whether a call without a key is refused (`idempotency-key-missing`) or run without a record. */
+  required: boolean;
+  /** Observe mode: the work always runs, its result is never changed, and events say what enforce would do. */
+  observe?: boolean;
+}
+
+/** What differs per door: how the work runs, and how its result is captured as the caller receives it. */
+export interface CallWork<T> {
+  /** Runs the work (for a Nest handler, the rest of its chain). */
+  invoke(invocation: Invocation): Promise<T>;
+  /** Strict mode: whether the work's own body began (a guard or pipe that threw did not). Default: it did. */
+  entered?(): boolean;
+  /** Called once the work returned, before its result is captured (HTTP hands the value on, to be written). */
+  returned?(value: T): void;
+  /**
+   * The stored form of what the caller receives (`keyDigest` names the
+   * record in a log line). A throw counts as `not-storable`.
+   */
+  capture(value: T, keyDigest: string): Capture | Promise<Capture>;
+  /** `completion: 'transaction'`: the runner the work and the record's completion share. */
+  transaction?: TransactionRunner;
+}
+
+/** What one run of the work is given. */
+export interface Invocation {
+  /** Aborted when the record's lease is lost while the work runs. */
+  signal: AbortSignal;
+  /**
+   * Whether `capture` will be asked for the result (a door that must hold
+   * something back to capture it, such as HTTP's response, holds only then).
+   */
+  capturing: boolean;
+  /** `completion: 'transaction'`: the transaction's handle (a TypeORM `EntityManager`). */
+  tx?: unknown;
+}
+
+export type Capture =
+  | { kind: 'stored'; payload: StoredPayload }
+  /** The work ran, but what it answered cannot be stored (not JSON, a sanitizer threw, too large). */
+  | { kind: 'not-storable'; reason: string; cause?: unknown }
+  /** Something answered the caller before the work returned (HTTP: an outer interceptor's timeout). */
+  | { kind: 'answered-early' };
+
+export type CallOutcome<T> =
+  /** The work ran. `failure`: its result was not recorded, and the caller is told so (or, by its door's rules, gets the value anyway). */
+  | { kind: 'executed'; value: T; failure?: RecordFailure }
+  | { kind: 'replayed'; payload: StoredPayload; completedAt: Date }
+  /** Nothing ran. `error`: the typed error the refusal stands for, where the look raised one. */
+  | { kind: 'refused'; refusal: Refusal; error?: Error };
+
+/** Why a result that ran was not recorded: as a door renders it, and as plain code is thrown it. */
+export interface RecordFailure {
+  refusal: Refusal;
+  error: Error;
+}
+
+/** Thrown inside a transaction to roll it back when the caller was answered before the work returned. */
+class AnsweredEarly extends Error {
+  constructor() {
+    super('the response was sent before the handler returned');
+  }
+}
+
+export async function performCall<T>(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  request: CallRequest,
+  work: CallWork<T>,
+): Promise<CallOutcome<T>> {
+  if (request.observe) return observe(runtime, policy, request, work);
+  const { identity } = request;
+  if (identity.kind === 'refused') return identity;
+  if (identity.kind === 'absent') {
+    if (request.required) return { kind: 'refused', refusal: { code: 'idempotency-key-missing' } };
+    return { kind: 'executed', value: await invokeUnrecorded(work) };
+  }
+  let begun;
+  try {
+    begun = await begin(runtime, policy, identity);
+  } catch (error) {
+    return {
+      kind: 'refused',
+      refusal: refusalFromLook(error, policy, runtime),
+      error: error as Error,
+    };
+  }
+  if (begun.kind === 'replayed') {
+    const lost = notStorableReason(begun.payload);
+    if (lost === undefined) return begun;
+    return {
+      kind: 'refused',
+      refusal: { code: 'idempotency-result-not-storable' },
+      error: new IdempotencyPayloadError(
+        `the action already ran, but its result could not be stored (${lost}); it is not run again`,
+      ),
+    };
+  }
+  return work.transaction
+    ? runInTransaction(runtime, policy, begun.execution, work, work.transaction)
+    : runAndComplete(runtime, policy, begun.execution, work);
+}
+
+/** A look that refused: the refusal it stands for, logged where an operator should hear of it. */
+function refusalFromLook(error: unknown, policy: ExecutionPolicy, runtime: EngineRuntime): Refusal {
+  const refusal = refusalOf(error);
+  if (refusal === undefined) throw error;
+  if (refusal.code === 'idempotency-store-unavailable') {
+    runtime.logger.warn(
+      `${policy.where}: idempotency store unavailable: ${(error as Error).message}`,
+    );
+  }
+  return refusal;
+}
+
+/** Runs the work where nothing is recorded; under `completion: 'transaction'` still in a transaction of its own. */
+function invokeUnrecorded<T>(work: CallWork<T>, capturing = false): Promise<T> {
+  const signal = NEVER_ABORTED;
+  return work.transaction
+    ? work.transaction((tx) => work.invoke({ signal, capturing, tx }))
+    : work.invoke({ signal, capturing });
+}
+
+const NEVER_ABORTED = new AbortController().signal;
+
+/** `completion: 'separate'`: the work runs, then its captured result completes the record. */
+async function runAndComplete<T>(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  execution: Execution,
+  work: CallWork<T>,
+): Promise<CallOutcome<T>> {
+  let value: T;
+  try {
+    value = await work.invoke({ signal: execution.signal, capturing: true });
+  } catch (error) {
+    // Released; in strict mode AMBIGUOUS once the work's body began.
+    await execution.fail(error, work.entered?.() ?? true);
+    throw error;
+  }
+  work.returned?.(value);
+  const capture = await captureOf(work, value, execution);
+  switch (capture.kind) {
+    case 'answered-early':
+      await answeredEarly(runtime, policy, execution);
+      return { kind: 'executed', value };
+    case 'not-storable':
+      // The work ran: its record must say so, or a duplicate would run it again.
+      runtime.logger.error(
+        `${policy.where}: the result for ${execution.keyDigest} cannot be stored: ${capture.reason}`,
+      );
+      try {
+        await execution.completeNotStorable(capture.reason);
+      } catch (error) {
+        runtime.logger.error(`${policy.where}: ${(error as Error).message}`);
+      }
+      return {
+        kind: 'executed',
+        value,
+        failure: {
+          refusal: { code: 'idempotency-result-not-storable' },
+          error: new IdempotencyPayloadError(
+            `${execution.keyDigest}: ${capture.reason}; the action ran, so its record is completed without a result and a duplicate is refused`,
+            { cause: capture.cause },
+          ),
+        },
+      };
+    case 'stored':
+      return complete(runtime, policy, execution, value, capture.payload);
+  }
+}
+
+async function captureOf<T>(work: CallWork<T>, value: T, execution: Execution): Promise<Capture> {
+  try {
+    return await work.capture(value, execution.keyDigest);
+  } catch (error) {
+    return { kind: 'not-storable', reason: (error as Error).message, cause: error };
+  }
+}
+
+async function complete<T>(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  execution: Execution,
+  value: T,
+  payload: StoredPayload,
+): Promise<CallOutcome<T>> {
+  try {
+    await execution.complete(payload);
+    return { kind: 'executed', value };
+  } catch (error) {
+    if (error instanceof IdempotencyPayloadError) {
+      // Too large for the store: the record says so (completed without a result).
+      runtime.logger.error(`${policy.where}: ${error.message}`);
+      return {
+        kind: 'executed',
+        value,
+        failure: { refusal: { code: 'idempotency-result-not-storable' }, error },
+      };
+    }
+    if (!(error instanceof IdempotencyCompletionError)) throw error;
+    runtime.logger.error(`${policy.where}: ${error.message}`);
+    if (policy.onCompletionFailure === 'return') {
+      runtime.logger.warn(
+        `${policy.where}: onCompletionFailure is 'return', so the caller gets the handler's response although its outcome was not recorded; ${execution.keyDigest} stays IN_PROGRESS and a retry after its lease may run the handler again`,
+      );
+      return { kind: 'executed', value };
+    }
+    return {
+      kind: 'executed',
+      value,
+      failure: { refusal: { code: 'idempotency-completion-failed', detail: error.message }, error },
+    };
+  }
+}
+
+/**
+ * The caller was answered before the work returned. The work ran, so strict
+ * mode completes its record without a result (a retry is refused rather than
+ * run again); otherwise the key is released.
+ */
+async function answeredEarly(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  execution: Execution,
+): Promise<void> {
+  const { logger } = runtime;
+  if (!policy.strict) {
+    logger.warn(
+      `${policy.where}: the response was sent before the handler returned (an interceptor answered first); ${execution.keyDigest} was released`,
+    );
+    return execution.release('answered-early');
+  }
+  logger.warn(
+    `${policy.where}: the response was sent before the handler returned (an interceptor answered first); strict mode completes ${execution.keyDigest} without a result, so a retry is refused rather than run again`,
+  );
+  try {
+    await execution.completeNotStorable('the response was sent before the handler returned');
+  } catch (error) {
+    logger.error(`${policy.where}: ${(error as Error).message}`);
+  }
+}
+
+/**
+ * `completion: 'transaction'`: the work runs in a transaction that stays open
+ * until its result is captured, then completes the record in it and commits
+ * (see `Execution.runInTransaction` for what each failure leaves behind).
+ * Every failure after the work returned is a refusal: nothing it wrote
+ * remains.
+ */
+async function runInTransaction<T>(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  execution: Execution,
+  work: CallWork<T>,
+  runner: TransactionRunner,
+): Promise<CallOutcome<T>> {
+  let returned = false;
+  let early = false;
+  try {
+    const value = await execution.runInTransaction(
+      runner,
+      async (tx) => {
+        const value = await work.invoke({ signal: execution.signal, capturing: true, tx });
+        returned = true;
+        work.returned?.(value);
+        const capture = await captureOf(work, value, execution);
+        if (capture.kind === 'answered-early') {
+          early = true;
+          throw new AnsweredEarly();
+        }
+        if (capture.kind === 'not-storable') {
+          throw new IdempotencyPayloadError(
+            `the result for ${execution.keyDigest} cannot be stored (${capture.reason}); the transaction was rolled back`,
+            { cause: capture.cause },
+          );
+        }
+        return { value, payload: capture.payload };
+      },
+      () => work.entered?.() ?? true,
+    );
+    return { kind: 'executed', value };
+  } catch (error) {
+    // The work's own error: rolled back, and the key free again (strict: AMBIGUOUS).
+    if (!returned) throw error;
+    if (early) {
+      runtime.logger.warn(
+        `${policy.where}: the response was sent before the handler returned (an interceptor answered first); its transaction was rolled back and ${execution.keyDigest} ${policy.strict && (work.entered?.() ?? true) ? 'made AMBIGUOUS (strict mode)' : 'released'}`,
+      );
+      return { kind: 'executed', value: undefined as T };
+    }
+    return {
+      kind: 'executed',
+      value: undefined as T,
+      failure: {
+        refusal: transactionRefusal(runtime, policy, execution, error),
+        error: error as Error,
+      },
+    };
+  }
+}
+
+/**
+ * What the caller of a transactional completion that did not commit is told.
+ * Strict mode keeps the key where the work ran and the commit failed (the
+ * record is AMBIGUOUS), so nothing invites a retry there.
+ */
+function transactionRefusal(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  execution: Execution,
+  error: unknown,
+): Refusal {
+  const { logger } = runtime;
+  const kept = keptAmbiguous(error) || (policy.strict && error instanceof IdempotencyPayloadError);
+  const outcome = kept
+    ? 'its writes were rolled back, and strict mode keeps the key until the outcome is resolved'
+    : 'nothing happened';
+  if (error instanceof IdempotencyLeaseLostError) {
+    // Strict mode steals no lease: one that ran out was moved to AMBIGUOUS by a duplicate,
+    // so a retry is refused until the record is resolved. Otherwise a newer attempt holds
+    // the key, and this one left nothing behind.
+    return policy.strict
+      ? { code: 'idempotency-outcome-unknown', detail: LOST_IN_STRICT_MODE }
+      : {
+          code: 'idempotency-in-flight',
+          retryAfterMs: TAKEN_OVER_RETRY_MS,
+          scope: policy.scope,
+          keyDigest: execution.keyDigest,
+        };
+  }
+  if (error instanceof IdempotencyPayloadError) {
+    logger.error(`${policy.where}: ${(error as Error).message}`);
+    return {
+      code: 'idempotency-result-not-storable',
+      detail: `the result could not be recorded for replay, so its writes were rolled back; ${outcome}`,
+    };
+  }
+  logger.warn(
+    `${policy.where}: the transaction for ${execution.keyDigest} did not commit: ${(error as Error).message}`,
+  );
+  if (kept) {
+    return {
+      code: 'idempotency-store-unavailable',
+      detail: `the request did not commit; ${outcome}`,
+    };
+  }
+  return {
+    code: 'idempotency-store-unavailable',
+    detail: 'the request did not commit; nothing happened; retry later',
+    retryAfterMs:
+      error instanceof IdempotencyStoreUnavailableError ? error.retryAfterMs : TAKEN_OVER_RETRY_MS,
+  };
+}
+
+/** How soon a caller whose attempt lost its key to a newer owner may retry (to be replayed). */
+const TAKEN_OVER_RETRY_MS = 1000;
+
+/**
+ * What a caller is told when, in strict mode with `completion: 'transaction'`,
+ * its lease was lost before the commit: its writes rolled back, and the
+ * record (moved to AMBIGUOUS by a duplicate that found the lease run out)
+ * refuses a retry until it is resolved.
+ */
+export const LOST_IN_STRICT_MODE =
+  "this request's lease on its idempotency key ran out before its transaction committed, so its writes were rolled back; strict mode has made the key's outcome unknown, and it is not processed again until the record is resolved";
+
+/**
+ * Observe mode: the work runs whatever the record says, its result goes out
+ * as it is, and an `observed` event says what enforce mode would have done.
+ * A first execution is still recorded, so later duplicates can be told.
+ */
+async function observe<T>(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  request: CallRequest,
+  work: CallWork<T>,
+): Promise<CallOutcome<T>> {
+  const { identity } = request;
+  const report = (wouldHave: ObservedOutcome, key?: string, tenant?: string) =>
+    runtime.emit(() => ({
+      type: 'observed',
+      scope: policy.scope,
+      ...(key === undefined ? {} : { keyDigest: keyDigest(policy.scope, key, tenant) }),
+      wouldHave,
+    }));
+  const unrecorded = async (): Promise<CallOutcome<T>> => ({
+    kind: 'executed',
+    value: await invokeUnrecorded(work),
+  });
+  if (identity.kind === 'refused') {
+    report(
+      identity.refusal.code === 'idempotency-body-unreadable' ? 'body-unreadable' : 'key-invalid',
+    );
+    return unrecorded();
+  }
+  if (identity.kind === 'absent') {
+    if (request.required) report('key-missing');
+    return unrecorded();
+  }
+  const { key, tenant } = identity;
+  let begun;
+  try {
+    begun = await begin(runtime, policy, identity, { observing: true });
+  } catch (error) {
+    const refusal = refusalOf(error);
+    switch (refusal?.code) {
+      case 'idempotency-in-flight':
+        report('in-flight', key, tenant);
+        break;
+      case 'idempotency-key-reused':
+        report('fingerprint-mismatch', key, tenant);
+        break;
+      case 'idempotency-key-invalid':
+        report('key-invalid');
+        break;
+      case 'idempotency-store-unavailable':
+        report('store-unavailable', key, tenant);
+        break;
+      default:
+        throw error;
+    }
+    return unrecorded();
+  }
+  if (begun.kind === 'replayed') {
+    report('replayed', key, tenant);
+    return unrecorded();
+  }
+  const { execution } = begun;
+  let value: T;
+  try {
+    value = await invokeUnrecorded(work, true);
+  } catch (error) {
+    await execution.release('action-failed');
+    throw error;
+  }
+  work.returned?.(value);
+  try {
+    const capture = await captureOf(work, value, execution);
+    if (capture.kind === 'stored') await execution.complete(capture.payload);
+    else if (capture.kind === 'not-storable') await execution.completeNotStorable(capture.reason);
+    else await execution.release('answered-early');
+  } catch (error) {
+    // Observing never changes what the caller gets.
+    runtime.logger.warn(
+      `${policy.where}: observe mode could not record ${execution.keyDigest}: ${describeError(error)}`,
+    );
+  }
+  return { kind: 'executed', value };
+}

@@ -1,0 +1,125 @@
+import type { CallHandler, ExecutionContext } from '@nestjs/common';
+import { Observable } from 'rxjs';
+import type { IdempotencyEngine } from '../../core/engine';
+import type { IdempotencyKeyError } from '../../core/errors';
+import type {
+  CallIdentity,
+  CallOutcome,
+  CallRequest,
+  CallWork,
+  Capture,
+} from '../../core/lifecycle';
+import type { IdempotencyLogger } from '../../core/logger';
+import type { HandlerPlan } from '../handler-plan';
+import type { ModuleSettings } from '../module-settings';
+import { handleNext, HandlerEntry } from './handler-entry';
+import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
+
+/** What a door adds to the handler's chain: how its result is captured, and what runs around it. */
+export interface DoorCapture {
+  capture(value: unknown, keyDigest: string): Capture | Promise<Capture>;
+  returned?(value: unknown): void;
+  /** Wraps each run of the chain (HTTP holds its response back when the result is captured). */
+  around?(capturing: boolean, run: () => Promise<unknown>): Promise<unknown>;
+}
+
+/**
+ * A door of the application (HTTP routes, GraphQL mutations, message
+ * handlers) as a port of the one lifecycle (`IdempotencyEngine.perform`,
+ * core/lifecycle.ts): it reads who is calling, says how the handler's result
+ * is captured as its caller receives it, and renders the outcome (a replay,
+ * a refusal) in its own terms. Everything else (the look, the wait, observe
+ * mode, the run, transactions, strict mode, completion) is the lifecycle's.
+ */
+export abstract class Door {
+  constructor(
+    protected readonly engine: IdempotencyEngine,
+    protected readonly settings: ModuleSettings,
+    protected readonly logger: IdempotencyLogger,
+    private readonly transactions?: IdempotencyTransactionRunner,
+  ) {}
+
+  /** Serves one call of an `@Idempotent` handler. */
+  handle(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Observable<unknown> {
+    return new Observable((subscriber) => {
+      this.serve(context, next, plan).then(
+        (value) => {
+          subscriber.next(value);
+          subscriber.complete();
+        },
+        (error: unknown) => subscriber.error(error),
+      );
+    });
+  }
+
+  protected abstract serve(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+  ): Promise<unknown>;
+
+  /** The lifecycle, for this handler's plan. */
+  protected perform(
+    plan: HandlerPlan,
+    identity: CallIdentity,
+    work: CallWork<unknown>,
+  ): Promise<CallOutcome<unknown>> {
+    const request: CallRequest = { identity, required: plan.required, observe: plan.observe };
+    return this.engine.perform(plan.policy, request, work);
+  }
+
+  /**
+   * The handler's chain (pipes, inner interceptors, the handler) as the
+   * lifecycle's work: strict mode learns whether the handler's own body
+   * began, and `completion: 'transaction'` runs it in the transaction that
+   * completes its record.
+   */
+  protected work(next: CallHandler, plan: HandlerPlan, door: DoorCapture): CallWork<unknown> {
+    const entry = plan.policy.strict ? new HandlerEntry() : undefined;
+    const run = () => handleNext(next, entry);
+    return {
+      invoke: door.around ? ({ capturing }) => door.around!(capturing, run) : run,
+      entered: () => entry?.entered ?? true,
+      returned: door.returned,
+      capture: door.capture,
+      transaction:
+        plan.completion === 'transaction'
+          ? this.transactions!.runnerFor(this.engine.store)
+          : undefined,
+    };
+  }
+
+  /** The identity of a call whose key is `key` (absent when undefined), with its tenant. */
+  protected identity(
+    context: ExecutionContext,
+    key: string | undefined,
+    fingerprint: () => string | null,
+    user: unknown,
+  ): CallIdentity {
+    if (key === undefined) return { kind: 'absent' };
+    const tenant = this.settings.tenantOf(context, user);
+    return {
+      kind: 'key',
+      key,
+      fingerprint: fingerprint(),
+      tenant: tenant.tenant,
+      untenantedFallback: tenant.derived,
+    };
+  }
+}
+
+/** A client's key that the library refused, as the identity a door hands the lifecycle. */
+export function invalidKey(error: IdempotencyKeyError | string): CallIdentity {
+  return {
+    kind: 'refused',
+    refusal: {
+      code: 'idempotency-key-invalid',
+      detail: typeof error === 'string' ? error : error.message,
+    },
+  };
+}
+
+/** The key option in a refusal's words: `'order:{body.id}'`, or `a function`. */
+export function keySourceText(plan: HandlerPlan): string {
+  return plan.key.kind === 'expression' ? `'${plan.key.expression.source}'` : 'a function';
+}

@@ -1,0 +1,211 @@
+import type { CallHandler, ExecutionContext } from '@nestjs/common';
+import { IdempotencyKeyError } from '../../../core/errors';
+import type { CallIdentity } from '../../../core/lifecycle';
+import { decodeValue, encodeValue } from '../../../core/payload';
+import type { Refusal } from '../../../core/refusal';
+import type { StoredPayload } from '../../../core/store';
+import type { HandlerPlan } from '../../handler-plan';
+import type { RpcKeySource } from '../../handler-options';
+import type { StoredRpcResult } from '../../idempotency.options';
+import { evaluateKey } from '../../key-resolver';
+import { toPlain } from '../../plain-value';
+import { messageView } from '../../rpc/message-view';
+import { microservices } from '../../rpc/microservices';
+import { settleDelivery } from '../../rpc/rmq-settlement';
+import { rpcExceptions } from '../../rpc/rpc-exceptions';
+import { Door, invalidKey } from '../door';
+
+/**
+ * Message handlers (`@MessagePattern`, `@EventPattern`): the key from the
+ * payload or the transport's message, the stored result (the handler's return
+ * value as JSON), the replay, and refusals as RPC exceptions, with RabbitMQ
+ * deliveries settled when their handler does not run.
+ */
+export class MessageDoor extends Door {
+  protected async serve(
+    context: ExecutionContext,
+    next: CallHandler,
+    plan: HandlerPlan,
+  ): Promise<unknown> {
+    const source: RpcKeySource = {
+      type: 'rpc',
+      data: context.switchToRpc().getData(),
+      message: messageView(context),
+      context,
+    };
+    const outcome = await this.perform(
+      plan,
+      this.identify(plan, source, context),
+      this.work(next, plan, {
+        capture: (value) => ({ kind: 'stored', payload: this.encode(value) }),
+      }),
+    );
+    switch (outcome.kind) {
+      case 'replayed':
+        settleDelivery(context, plan.rmq!, 'replayed');
+        // Always a value: an empty stream would make Kafka retry and a request/reply hang.
+        return decodeValue(outcome.payload) ?? null;
+      case 'refused':
+        return this.refuse(context, plan, outcome.refusal, false);
+      case 'executed':
+        if (!outcome.failure || plan.observe) return outcome.value;
+        return this.refuse(context, plan, outcome.failure.refusal, true, outcome.value);
+    }
+  }
+
+  private identify(
+    plan: HandlerPlan,
+    source: RpcKeySource,
+    context: ExecutionContext,
+  ): CallIdentity {
+    let key: string | undefined;
+    try {
+      const resolved = evaluateKey(plan, source);
+      if (resolved.kind === 'key') key = resolved.key;
+    } catch (error) {
+      // Only the library's own verdict is the message's fault; a key function's bug is not.
+      if (!(error instanceof IdempotencyKeyError)) throw error;
+      return invalidKey(error);
+    }
+    const fingerprint =
+      plan.fingerprint === false || plan.fingerprint === 'default'
+        ? () => null
+        : () => (plan.fingerprint as (source: RpcKeySource) => string | undefined)(source) ?? null;
+    return this.identity(context, key, fingerprint, undefined);
+  }
+
+  /**
+   * A refusal as the message's caller gets it. `ran`: the handler ran, and
+   * only its record failed: a result too large to store leaves its record
+   * saying so, and this delivery still gets its value.
+   */
+  private refuse(
+    context: ExecutionContext,
+    plan: HandlerPlan,
+    refusal: Refusal,
+    ran: boolean,
+    value?: unknown,
+  ): unknown {
+    const exceptions = rpcExceptions();
+    switch (refusal.code) {
+      case 'idempotency-in-flight':
+        settleDelivery(context, plan.rmq!, 'inFlight', refusal.retryAfterMs);
+        throw exceptions.inFlight(refusal.retryAfterMs, refusal.scope, refusal.keyDigest);
+      case 'idempotency-store-unavailable':
+        if (refusal.retryAfterMs === undefined) {
+          // Strict mode kept the key after a failed commit: a redelivery would only be refused.
+          return this.reject(context, plan, 'idempotency-outcome-unknown', refusal.detail ?? '');
+        }
+        settleDelivery(context, plan.rmq!, 'unavailable', refusal.retryAfterMs);
+        throw exceptions.unavailable(
+          refusal.retryAfterMs,
+          refusal.detail ?? 'the idempotency store is unavailable; retry later',
+        );
+      case 'idempotency-outcome-unknown':
+        return refusal.error
+          ? this.refuseOutcomeUnknown(context, plan, refusal.error)
+          : this.reject(context, plan, refusal.code, refusal.detail ?? '');
+      case 'idempotency-key-missing':
+        return this.reject(
+          context,
+          plan,
+          refusal.code,
+          `${plan.where}: the message has no idempotency key`,
+        );
+      case 'idempotency-key-reused':
+        return this.reject(
+          context,
+          plan,
+          refusal.code,
+          `${refusal.keyDigest} was already used with a different message`,
+        );
+      case 'idempotency-result-not-storable':
+        if (ran && refusal.detail === undefined) return value; // the record says it ran
+        if (!ran) {
+          // The handler ran once; its result is not there to replay, and it is not run again.
+          settleDelivery(context, plan.rmq!, 'replayed');
+          if (plan.isEvent) return null;
+          throw exceptions.rejected(
+            refusal.code,
+            `${plan.where}: the message was processed, but its result could not be recorded for replay; it is not run again`,
+          );
+        }
+        return this.reject(context, plan, refusal.code, refusal.detail ?? '');
+      case 'idempotency-completion-failed':
+        throw exceptions.rejected(refusal.code, refusal.detail);
+      case 'idempotency-key-invalid':
+      case 'idempotency-body-too-large':
+      case 'idempotency-body-unreadable':
+        return this.reject(context, plan, 'idempotency-key-invalid', refusal.detail);
+    }
+  }
+
+  /**
+   * The handler's value as stored: JSON (class instances as class-transformer
+   * makes them plain, when it is installed, as ClassSerializerInterceptor
+   * would, so fields it excludes are never stored). `sanitize` sees a copy.
+   */
+  private encode(value: unknown): StoredPayload {
+    const plain = toPlain(value);
+    if (!this.settings.options.sanitize) return encodeValue(plain);
+    const copy: StoredRpcResult = {
+      kind: 'rpc',
+      value: plain === undefined ? undefined : JSON.parse(JSON.stringify(plain) ?? 'null'),
+    };
+    return encodeValue((this.settings.options.sanitize(copy) as StoredRpcResult).value);
+  }
+
+  /**
+   * Strict mode, a message whose record is AMBIGUOUS. Redelivering it changes
+   * nothing until someone resolves the record, so it is never left for a
+   * blind retry: a Kafka event is skipped (its offset committed; throwing
+   * would make kafkajs redeliver it again and again and stall its partition);
+   * a request gets an `IdempotencyOutcomeUnknownException` (an `RpcException`:
+   * not retried); a RabbitMQ delivery is settled by the `rejected` rule.
+   */
+  private refuseOutcomeUnknown(
+    context: ExecutionContext,
+    plan: HandlerPlan,
+    error: NonNullable<Extract<Refusal, { code: 'idempotency-outcome-unknown' }>['error']>,
+  ): null {
+    if (this.isKafkaEvent(context, plan)) {
+      this.logger.error(
+        `${plan.where}: Kafka event skipped (idempotency-outcome-unknown), ${error.keyDigest} is AMBIGUOUS since ${error.since.toISOString()}; resolve it, then publish the event again if it did not run`,
+      );
+      return null;
+    }
+    this.logger.warn(
+      `${plan.where}: delivery refused (idempotency-outcome-unknown): ${error.keyDigest} is AMBIGUOUS since ${error.since.toISOString()}`,
+    );
+    settleDelivery(context, plan.rmq!, 'rejected');
+    throw rpcExceptions().outcomeUnknown(error);
+  }
+
+  /**
+   * A message that can never succeed as sent. A request is answered with the
+   * error; a RabbitMQ delivery is settled by the handler's rules; a Kafka event
+   * is skipped (its offset committed) with an error in the log, since
+   * throwing would make kafkajs retry it forever and stall its partition.
+   */
+  private reject(
+    context: ExecutionContext,
+    plan: HandlerPlan,
+    code: string,
+    message: string,
+  ): null {
+    if (this.isKafkaEvent(context, plan)) {
+      this.logger.error(
+        `${plan.where}: Kafka event skipped (${code}), it can never be processed as sent: ${message}`,
+      );
+      return null;
+    }
+    this.logger.warn(`${plan.where}: delivery refused (${code}): ${message}`);
+    settleDelivery(context, plan.rmq!, 'rejected');
+    throw rpcExceptions().rejected(code, message);
+  }
+
+  private isKafkaEvent(context: ExecutionContext, plan: HandlerPlan): boolean {
+    const { KafkaContext } = microservices();
+    return plan.isEvent === true && context.switchToRpc().getContext() instanceof KafkaContext;
+  }
+}
