@@ -33,7 +33,7 @@ import {
 } from '../strict/http-strict';
 import { handleNext, HandlerEntry } from '../strict/handler-entry';
 import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
-import { requestFingerprint } from './fingerprint';
+import { requestFingerprint, storedFileFields } from './fingerprint';
 import { readKeyHeader } from './key-header';
 import { IdempotencyHttpException, problem, ProblemDetails } from './problem';
 import { FinishedResponse, HeldResponse, Outgoing } from './raw-response';
@@ -825,7 +825,7 @@ function uploadedFiles(request: HttpRequest): unknown {
         ? createHash('sha256').update(f.buffer).digest('hex')
         : f.path
           ? createHash('sha256').update(readFileSync(f.path)).digest('hex')
-          : null,
+          : storedFileFields(file as object),
     };
   };
   const files = request.files;
