@@ -24,8 +24,8 @@ type ClassRef = { name: string; prototype: object };
  *
  * Refused at bootstrap: the module configured twice, `@Idempotent` on
  * anything that is not a controller's route or message handler or a
- * resolver's `@Mutation()` (a service, a WebSocket gateway, a query), and two
- * handlers sharing one scope.
+ * resolver's `@Mutation()` (a service, a query; a WebSocket gateway, which
+ * is not supported yet), and two handlers sharing one scope.
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown {
@@ -148,19 +148,27 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     return out;
   }
 
-  /** A provider (service, gateway) is never intercepted: `@Idempotent` there would be ignored. */
+  /**
+   * `@Idempotent` on a provider: a service is never intercepted, so it would
+   * be ignored; a WebSocket gateway's handlers are (Nest runs interceptors on
+   * them), but no adapter here keys, records or replays a WebSocket message yet.
+   */
   private refuseProvider(classRef: ClassRef): void {
-    const kind = describeProvider(classRef);
+    const gateway = Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef);
     if (this.reflector.get(IdempotentMetadata, classRef as never)) {
       throw new IdempotencyConfigError(
-        `${classRef.name}: @Idempotent is on ${kind}, which Nest does not intercept, so nothing would protect its methods; put it on a controller's route or message handlers, or use IdempotencyEngine in the service`,
+        gateway
+          ? `${classRef.name}: @Idempotent is on a WebSocket gateway, and nest-idempotency does not support gateways yet: Nest would run its interceptor, but nothing would key, record or replay its messages; put it on a controller's route or message handlers, or use IdempotencyEngine in the gateway`
+          : `${classRef.name}: @Idempotent is on a provider (a service), which Nest does not intercept, so nothing would protect its methods; put it on a controller's route or message handlers, or use IdempotencyEngine in the service`,
       );
     }
     for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
       const handler = (classRef.prototype as Record<string, object>)[methodName];
       if (this.reflector.get(IdempotentMetadata, handler as never)) {
         throw new IdempotencyConfigError(
-          `${classRef.name}.${methodName}: @Idempotent is on a method of ${kind}, which Nest does not intercept, so nothing would protect it; put it on a controller's route or message handler, or use IdempotencyEngine in the service`,
+          gateway
+            ? `${classRef.name}.${methodName}: @Idempotent is on a method of a WebSocket gateway, and nest-idempotency does not support gateways yet: Nest would run its interceptor, but nothing would key, record or replay the message; put it on a controller's route or message handler, or use IdempotencyEngine in the gateway`
+            : `${classRef.name}.${methodName}: @Idempotent is on a method of a provider (a service), which Nest does not intercept, so nothing would protect it; put it on a controller's route or message handler, or use IdempotencyEngine in the service`,
         );
       }
     }
@@ -183,11 +191,6 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       `IdempotencyModule.forRoot/forRootAsync is configured ${explorers.length} times (imported by ${importers.join(', ') || 'several modules'}); configure it once, in the root module: it is global, so every module's handlers use it`,
     );
   }
-}
-
-function describeProvider(classRef: ClassRef): string {
-  if (Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef)) return 'a WebSocket gateway';
-  return 'a provider (a service)';
 }
 
 function describeResolverMethod(handler: object, operation: string | undefined): string {
