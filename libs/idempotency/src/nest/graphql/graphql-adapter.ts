@@ -17,7 +17,7 @@ import {
 import type { IdempotencyEvent } from '../../core/events';
 import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
-import { decodeValue, encodeValue, notStorableReason } from '../../core/payload';
+import { encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
 import { keptAmbiguous, type Execution } from '../../core/execution';
 import type { HandlerPlan } from '../handler-plan';
@@ -27,6 +27,7 @@ import type { GraphqlKeySource } from '../handler-options';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
 import { toPlain } from '../plain-value';
+import { replayedValue } from '../replayed-value';
 import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
 import { graphqlRefusal, isGraphqlRefusal } from './graphql-errors';
 import { handleNext, HandlerEntry } from '../strict/handler-entry';
@@ -119,8 +120,11 @@ export class GraphqlIdempotency {
     }
     if (begun.kind === 'replayed') {
       if (notStorableReason(begun.payload) !== undefined) throw notStorableRefusal(plan);
+      const replayed = replayedValue(begun.payload, plan);
+      if (replayed.kind === 'error')
+        throw graphqlRefusal('idempotency-replayed-error', replayed.message);
       markReplayed(gqlContext);
-      return decodeValue(begun.payload) ?? null;
+      return replayed.value ?? null;
     }
 
     const { execution } = begun;

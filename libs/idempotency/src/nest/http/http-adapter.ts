@@ -570,13 +570,17 @@ export class HttpIdempotency {
     }
     const url = request.originalUrl ?? request.url;
     const q = url.indexOf('?');
-    return requestFingerprint({
-      method: request.method,
-      path: q < 0 ? url : url.slice(0, q),
-      query: q < 0 ? '' : url.slice(q + 1),
-      body: request.body,
-      files: uploadedFiles(request),
-    });
+    return requestFingerprint(
+      {
+        method: request.method,
+        path: q < 0 ? url : url.slice(0, q),
+        query: q < 0 ? '' : url.slice(q + 1),
+        body: request.body,
+        files: uploadedFiles(request),
+        params: request.params,
+      },
+      plan.fingerprintForm,
+    );
   }
 
   private source(request: HttpRequest, context: ExecutionContext): HttpKeySource {

@@ -15,7 +15,7 @@ import {
 import type { IdempotencyEvent } from '../../core/events';
 import { keyDigest } from '../../core/key';
 import type { IdempotencyLogger } from '../../core/logger';
-import { decodeValue, encodeValue, notStorableReason } from '../../core/payload';
+import { encodeValue, notStorableReason } from '../../core/payload';
 import type { StoredPayload } from '../../core/store';
 import { keptAmbiguous, type Execution } from '../../core/execution';
 import type { HandlerPlan } from '../handler-plan';
@@ -24,6 +24,7 @@ import type { RpcKeySource } from '../handler-options';
 import { evaluateKey, ResolvedKey } from '../key-resolver';
 import type { ModuleSettings } from '../module-settings';
 import { toPlain } from '../plain-value';
+import { replayedValue } from '../replayed-value';
 import { messageView } from './message-view';
 import { microservices } from './microservices';
 import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
@@ -142,8 +143,13 @@ export class MessageIdempotency {
           `${plan.where}: the message was processed, but its result could not be recorded for replay; it is not run again`,
         );
       }
+      const replayed = replayedValue(begun.payload, plan);
+      if (replayed.kind === 'error') {
+        if (plan.isEvent) return null;
+        throw exceptions.rejected('idempotency-replayed-error', replayed.message);
+      }
       // Always a value: an empty stream would make Kafka retry and a request/reply hang.
-      return decodeValue(begun.payload) ?? null;
+      return replayed.value ?? null;
     }
     const { execution } = begun;
     if (plan.completion === 'transaction')
