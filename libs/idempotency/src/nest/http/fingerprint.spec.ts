@@ -113,6 +113,11 @@ describe('requestFingerprint: what a client sends is never taken for bytes', () 
     expect(new Set(bodies.map((body) => fp(body))).size).toBe(bodies.length);
   });
 
+  it('compares a Buffer-shaped object in the query string as the query text it is', () => {
+    const query = (owner: string) => `doc[type]=Buffer&doc[data][0]=1&owner=${owner}`;
+    expect(fp({}, { query: query('alice') })).not.toBe(fp({}, { query: query('bob') }));
+  });
+
   it('keeps uploaded files apart from body fields of the same names', () => {
     const descriptor = { field: 'file', name: 'a.txt', type: 'text/plain', size: 1, content: 'x' };
     const uploaded = fp({}, { files: { file: descriptor, files: null } });
