@@ -560,11 +560,29 @@ describe('defects refused at bootstrap', () => {
         return {
           providers: [EventsGateway],
           name: 'EventsGateway.pay',
-          kind: 'a WebSocket gateway',
+          kind: 'a method of a WebSocket gateway, and nest-idempotency does not support gateways yet: Nest would run its interceptor',
         };
       },
     ],
-  ])('12: @Idempotent on %s, which nothing would intercept', async (_label, make) => {
+    [
+      'a WebSocket gateway class',
+      () => {
+        @WebSocketGateway()
+        @Idempotent({ key: 'data.id' })
+        class OrdersGateway {
+          @SubscribeMessage('order')
+          order() {
+            return 1;
+          }
+        }
+        return {
+          providers: [OrdersGateway],
+          name: 'OrdersGateway',
+          kind: 'a WebSocket gateway, and nest-idempotency does not support gateways yet',
+        };
+      },
+    ],
+  ])('12: @Idempotent on %s, which nothing would protect', async (_label, make) => {
     const { providers, name, kind } = make();
     const error = await refusal({
       imports: [IdempotencyModule.forRoot({ store: store() })],
@@ -573,6 +591,8 @@ describe('defects refused at bootstrap', () => {
     expect(error).toBeInstanceOf(IdempotencyConfigError);
     expect(error.message).toMatch(new RegExp(`^${name.replace('.', '\\.')}: @Idempotent is on `));
     expect(error.message).toContain(kind);
+    // Issue 20, item 11: Nest does run interceptors on a gateway's handlers.
+    if (kind.includes('gateway')) expect(error.message).not.toContain('Nest does not intercept');
   });
 
   it('12: @Idempotent on a controller method that is not a handler', async () => {

@@ -93,7 +93,7 @@ export function encodeHttpResponse(response: HttpResponseRecord): StoredPayload 
  * false for a value (as a resolution or another door stores one).
  */
 export function isHttpResponse(payload: StoredPayload): boolean {
-  return payload[0] === HTTP || payload[0] === LEGACY;
+  return payload[0] === HTTP || (payload[0] === LEGACY && decodeLegacy(payload).http !== undefined);
 }
 
 export function decodeHttpResponse(payload: StoredPayload): HttpResponseRecord {

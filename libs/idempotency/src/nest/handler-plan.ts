@@ -2,6 +2,7 @@ import { StreamableFile } from '@nestjs/common';
 import { IdempotencyConfigError } from '../core/errors';
 import { compilePolicy, ExecutionPolicy, PolicyOptions } from '../core/policy';
 import { assertStrictModeSupported } from '../core/strict';
+import type { FingerprintForm } from './http/fingerprint';
 import type { IdempotencyRmqOptions } from './idempotency.options';
 import { DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS } from './idempotency.options';
 import type { IdempotentOptions, KeySource } from './handler-options';
@@ -34,6 +35,8 @@ export interface HandlerPlan {
   required: boolean;
   key: KeyResolver;
   fingerprint: false | 'default' | ((source: KeySource) => string | undefined);
+  /** HTTP, default fingerprint: `shared-scope` when other routes share the scope on purpose (set by the explorer). */
+  fingerprintForm?: FingerprintForm;
   /** HTTP: lower-cased response headers stored and replayed. */
   replayHeaders?: Set<string>;
   /** HTTP: the status a replay of a resolved record (a value, not a response) goes out with. */

@@ -13,6 +13,7 @@ import { MODULE_SETTINGS } from './module-settings.provider';
 import type { ModuleSettings } from './module-settings';
 import { NEST_METADATA } from './nest-metadata';
 import { requireGraphql } from './graphql/graphql-errors';
+import { ScopeClaim, settleSharedScopes } from './shared-scopes';
 import { preserveKafkaBytes } from './rpc/kafka-bytes';
 
 type ClassRef = { name: string; prototype: object };
@@ -24,8 +25,9 @@ type ClassRef = { name: string; prototype: object };
  *
  * Refused at bootstrap: the module configured twice, `@Idempotent` on
  * anything that is not a controller's route or message handler or a
- * resolver's `@Mutation()` (a service, a WebSocket gateway, a query), and two
- * handlers sharing one scope.
+ * resolver's `@Mutation()` (a service, a query; a WebSocket gateway, which
+ * is not supported yet), and two handlers sharing one scope unless they name
+ * it on purpose (see shared-scopes.ts).
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown {
@@ -43,32 +45,22 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
 
   async onModuleInit(): Promise<void> {
     this.refuseSecondModule();
-    const scopes = new Map<string, string>();
-    const claim = (plans: HandlerPlan[], classRef: ClassRef) => {
-      for (const plan of plans) {
-        const other = scopes.get(plan.policy.scope);
-        if (other !== undefined) {
-          throw new IdempotencyConfigError(
-            `${other} and ${plan.where} would share the idempotency scope "${plan.policy.scope}", so one could replay the other's response; give each its own: @Idempotent({ scope: '…' })${other === plan.where ? ` (two classes are named ${classRef.name}${describeRoute(classRef)})` : ''}`,
-          );
-        }
-        scopes.set(plan.policy.scope, plan.where);
-      }
-    };
+    const claims: ScopeClaim[] = [];
     for (const wrapper of this.discovery.getControllers()) {
       const classRef = wrapper.metatype as ClassRef | undefined;
       if (!classRef || !wrapper.instance) continue;
-      claim(this.compileController(classRef), classRef);
+      claims.push(...this.compileController(classRef));
     }
     for (const wrapper of this.discovery.getProviders()) {
       const classRef = wrapper.metatype as ClassRef | undefined;
       if (typeof classRef !== 'function' || !wrapper.instance) continue;
       if (Reflect.hasMetadata(NEST_METADATA.graphqlResolver, classRef)) {
-        claim(this.compileResolver(classRef), classRef);
+        claims.push(...this.compileResolver(classRef));
       } else {
         this.refuseProvider(classRef);
       }
     }
+    settleSharedScopes(claims);
     // Message handlers: @nestjs/microservices is loaded now (a missing package fails the
     // bootstrap), and Kafka keys keep their bytes.
     if (this.hasMessageHandlers) preserveKafkaBytes();
@@ -89,9 +81,9 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     return this.plans.get(classRef)?.get(handler);
   }
 
-  private compileController(classRef: ClassRef): HandlerPlan[] {
+  private compileController(classRef: ClassRef): ScopeClaim[] {
     const onClass = this.reflector.get(IdempotentMetadata, classRef as never);
-    const out: HandlerPlan[] = [];
+    const out: ScopeClaim[] = [];
     for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
       const handler = (classRef.prototype as Record<string, object>)[methodName];
       const onMethod = this.reflector.get(IdempotentMetadata, handler as never);
@@ -111,7 +103,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       let plans = this.plans.get(classRef);
       if (!plans) this.plans.set(classRef, (plans = new Map()));
       plans.set(handler, plan);
-      out.push(plan);
+      out.push({ plan, explicit: options.scope !== undefined, route: describeRoute(classRef) });
     }
     return out;
   }
@@ -121,9 +113,9 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
    * class-level `@Idempotent`); on a query, a subscription or a field
    * resolver it is refused.
    */
-  private compileResolver(classRef: ClassRef): HandlerPlan[] {
+  private compileResolver(classRef: ClassRef): ScopeClaim[] {
     const onClass = this.reflector.get(IdempotentMetadata, classRef as never);
-    const out: HandlerPlan[] = [];
+    const out: ScopeClaim[] = [];
     for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
       const handler = (classRef.prototype as Record<string, object>)[methodName];
       const onMethod = this.reflector.get(IdempotentMetadata, handler as never);
@@ -143,24 +135,38 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       let plans = this.plans.get(classRef);
       if (!plans) this.plans.set(classRef, (plans = new Map()));
       plans.set(handler, plan);
-      out.push(plan);
+      const name = Reflect.getMetadata(NEST_METADATA.graphqlResolverName, handler) as unknown;
+      out.push({
+        plan,
+        explicit: options.scope !== undefined,
+        route: '',
+        mutation: typeof name === 'string' ? name : methodName,
+      });
     }
     return out;
   }
 
-  /** A provider (service, gateway) is never intercepted: `@Idempotent` there would be ignored. */
+  /**
+   * `@Idempotent` on a provider: a service is never intercepted, so it would
+   * be ignored; a WebSocket gateway's handlers are (Nest runs interceptors on
+   * them), but no adapter here keys, records or replays a WebSocket message yet.
+   */
   private refuseProvider(classRef: ClassRef): void {
-    const kind = describeProvider(classRef);
+    const gateway = Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef);
     if (this.reflector.get(IdempotentMetadata, classRef as never)) {
       throw new IdempotencyConfigError(
-        `${classRef.name}: @Idempotent is on ${kind}, which Nest does not intercept, so nothing would protect its methods; put it on a controller's route or message handlers, or use IdempotencyEngine in the service`,
+        gateway
+          ? `${classRef.name}: @Idempotent is on a WebSocket gateway, and nest-idempotency does not support gateways yet: Nest would run its interceptor, but nothing would key, record or replay its messages; put it on a controller's route or message handlers, or use IdempotencyEngine in the gateway`
+          : `${classRef.name}: @Idempotent is on a provider (a service), which Nest does not intercept, so nothing would protect its methods; put it on a controller's route or message handlers, or use IdempotencyEngine in the service`,
       );
     }
     for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
       const handler = (classRef.prototype as Record<string, object>)[methodName];
       if (this.reflector.get(IdempotentMetadata, handler as never)) {
         throw new IdempotencyConfigError(
-          `${classRef.name}.${methodName}: @Idempotent is on a method of ${kind}, which Nest does not intercept, so nothing would protect it; put it on a controller's route or message handler, or use IdempotencyEngine in the service`,
+          gateway
+            ? `${classRef.name}.${methodName}: @Idempotent is on a method of a WebSocket gateway, and nest-idempotency does not support gateways yet: Nest would run its interceptor, but nothing would key, record or replay the message; put it on a controller's route or message handler, or use IdempotencyEngine in the gateway`
+            : `${classRef.name}.${methodName}: @Idempotent is on a method of a provider (a service), which Nest does not intercept, so nothing would protect it; put it on a controller's route or message handler, or use IdempotencyEngine in the service`,
         );
       }
     }
@@ -183,11 +189,6 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       `IdempotencyModule.forRoot/forRootAsync is configured ${explorers.length} times (imported by ${importers.join(', ') || 'several modules'}); configure it once, in the root module: it is global, so every module's handlers use it`,
     );
   }
-}
-
-function describeProvider(classRef: ClassRef): string {
-  if (Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef)) return 'a WebSocket gateway';
-  return 'a provider (a service)';
 }
 
 function describeResolverMethod(handler: object, operation: string | undefined): string {

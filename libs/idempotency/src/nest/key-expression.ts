@@ -11,6 +11,8 @@ import { keyFromBytes } from '../core/key';
  * same key: `%` and the characters of the template's separators and suffix
  * are percent-encoded in each value (customer `1:2` with order `3` gives
  * `order:1%3A2:3`, customer `1` with order `2:3` gives `order:1:2%3A3`).
+ * A template with two values side by side, or with text after a value that
+ * starts with `%`, is refused at bootstrap (see refuseAmbiguousTemplate).
  * A single path is used as it is.
  */
 export type PathSegment = string | number;
@@ -78,6 +80,7 @@ export function compileKeyExpression(
         throw new Error('unbalanced braces');
       if (!parts.some((p) => typeof p !== 'string'))
         throw new Error('a template needs at least one {path}');
+      refuseAmbiguousTemplate(parts);
     }
   } catch (error) {
     throw new IdempotencyConfigError(
@@ -120,6 +123,45 @@ export function compileKeyExpression(
       return out;
     },
   };
+}
+
+/**
+ * Escaping makes a template injective only where each value is followed by
+ * text that cannot start inside an escaped value: two values with nothing
+ * between them (`{body.a}{body.b}`: "ab"+"c" and "a"+"bc") or with text that
+ * starts with `%` (which starts every escape) could make one key of two sets
+ * of values. Such templates are refused rather than given other keys, so the
+ * keys of every template that is accepted stay what they were.
+ */
+function refuseAmbiguousTemplate(parts: (string | PathSegment[])[]): void {
+  parts.forEach((part, i) => {
+    if (typeof part === 'string' || i + 1 >= parts.length) return;
+    const next = parts[i + 1];
+    const value = `{${sourceOf(part)}}`;
+    if (typeof next !== 'string') {
+      throw new Error(
+        `${value} and {${sourceOf(next)}} have nothing between them, so two different pairs of values could make one key ("ab" and "c", "a" and "bc"); put a separator between them, e.g. ${value}:{${sourceOf(next)}}`,
+      );
+    }
+    if (next.startsWith('%') && i + 2 < parts.length) {
+      throw new Error(
+        `the text after ${value} starts with "%", which starts every escaped character, so two different sets of values could make one key; start it with another character`,
+      );
+    }
+  });
+}
+
+/** A parsed path written back as a key expression names it. */
+function sourceOf(path: PathSegment[]): string {
+  return path
+    .map((segment, i) =>
+      typeof segment === 'number'
+        ? `[${segment}]`
+        : i === 0 || /^[A-Za-z_$][\w$-]*$/.test(segment)
+          ? `${i === 0 ? '' : '.'}${segment}`
+          : `[${JSON.stringify(segment)}]`,
+    )
+    .join('');
 }
 
 /**

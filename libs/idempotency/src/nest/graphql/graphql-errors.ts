@@ -30,6 +30,7 @@ export const GRAPHQL_CODES = {
   'idempotency-completion-failed': 'IDEMPOTENCY_COMPLETION_FAILED',
   'idempotency-result-not-storable': 'IDEMPOTENCY_RESULT_NOT_STORABLE',
   'idempotency-outcome-unknown': 'IDEMPOTENCY_OUTCOME_UNKNOWN',
+  'idempotency-replayed-error': 'IDEMPOTENCY_REPLAYED_ERROR',
 } as const;
 
 export type GraphqlRefusalCode = keyof typeof GRAPHQL_CODES;

@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import stringify from 'safe-stable-stringify';
 import { IdempotencyKeyError } from '../../../core/errors';
 import type { CallIdentity, CallOutcome } from '../../../core/lifecycle';
-import { decodeValue, encodeValue } from '../../../core/payload';
+import { encodeValue } from '../../../core/payload';
 import type { Refusal } from '../../../core/refusal';
 import type { HandlerPlan } from '../../handler-plan';
 import type { GraphqlKeySource } from '../../handler-options';
@@ -12,6 +12,7 @@ import { graphqlRefusal } from '../../graphql/graphql-errors';
 import { readKeyHeader } from '../../http/key-header';
 import type { StoredRpcResult } from '../../idempotency.options';
 import { evaluateKey } from '../../key-resolver';
+import { replayedValue } from '../../replayed-value';
 import { Door, invalidKey, keySourceText } from '../door';
 import { captureResult, replayResult } from './graphql-result';
 
@@ -95,9 +96,13 @@ export class GraphqlDoor extends Door {
     switch (outcome.kind) {
       case 'refused':
         throw this.refusal(outcome.refusal, plan);
-      case 'replayed':
+      case 'replayed': {
+        const replayed = replayedValue(outcome.payload, plan);
+        if (replayed.kind === 'error')
+          throw graphqlRefusal('idempotency-replayed-error', replayed.message);
         markReplayed(gqlContext);
-        return replayResult(decodeValue(outcome.payload), info) ?? null;
+        return replayResult(replayed.value, info) ?? null;
+      }
       case 'executed':
         if (outcome.failure && !plan.observe) throw this.refusal(outcome.failure.refusal, plan);
         return outcome.value;

@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { FingerprintParts } from '../../http/fingerprint';
+import { storedFileFields, type FingerprintParts } from '../../http/fingerprint';
 
 /** The parts of an Express or Fastify request the HTTP door reads. */
 export interface HttpRequest {
@@ -54,6 +54,7 @@ export function fingerprintParts(request: HttpRequest): FingerprintParts {
     query: q < 0 ? '' : url.slice(q + 1),
     body: request.body,
     files: uploadedFiles(request),
+    params: request.params,
   };
 }
 
@@ -79,7 +80,7 @@ function uploadedFiles(request: HttpRequest): unknown {
         ? createHash('sha256').update(f.buffer).digest('hex')
         : f.path
           ? createHash('sha256').update(readFileSync(f.path)).digest('hex')
-          : null,
+          : storedFileFields(file as object),
     };
   };
   const files = request.files;

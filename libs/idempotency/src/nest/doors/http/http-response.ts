@@ -6,6 +6,7 @@ import {
   isHttpResponse,
 } from '../../../core/payload';
 import type { StoredPayload } from '../../../core/store';
+import { bodyValue } from '../../replayed-value';
 import type { HandlerPlan } from '../../handler-plan';
 import { NEVER_STORED_HEADERS, StoredHttpResponse } from '../../idempotency.options';
 import type { FinishedResponse, Outgoing } from '../../http/raw-response';
@@ -127,16 +128,7 @@ export function replayOf(stored: HttpResponseRecord, finished: FinishedResponse)
 
 /** The stored body as the value outer interceptors see on a replay: parsed JSON, text, or bytes. */
 export function valueOf(stored: HttpResponseRecord): unknown {
-  if (stored.body.length === 0) return undefined;
-  const type = String(stored.headers['content-type'] ?? '');
-  if (/[/+]json\b/i.test(type)) {
-    try {
-      return JSON.parse(stored.body.toString('utf8'));
-    } catch {
-      return stored.body.toString('utf8');
-    }
-  }
-  return /^text\//i.test(type) ? stored.body.toString('utf8') : stored.body;
+  return bodyValue(stored.body, stored.headers['content-type']);
 }
 
 /** A problem document in place of the finished response, keeping its headers that do not describe the body (CORS, request ids). */

@@ -178,7 +178,7 @@ export class HttpDoor extends Door {
     if (plan.fingerprint === false) return null;
     if (plan.fingerprint !== 'default')
       return plan.fingerprint(this.source(request, context)) ?? null;
-    return requestFingerprint(fingerprintParts(request));
+    return requestFingerprint(fingerprintParts(request), plan.fingerprintForm);
   }
 
   private source(request: HttpRequest, context: ExecutionContext): HttpKeySource {

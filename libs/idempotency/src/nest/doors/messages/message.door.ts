@@ -1,7 +1,7 @@
 import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import { IdempotencyKeyError } from '../../../core/errors';
 import type { CallIdentity } from '../../../core/lifecycle';
-import { decodeValue, encodeValue } from '../../../core/payload';
+import { encodeValue } from '../../../core/payload';
 import type { Refusal } from '../../../core/refusal';
 import type { StoredPayload } from '../../../core/store';
 import type { HandlerPlan } from '../../handler-plan';
@@ -9,6 +9,7 @@ import type { RpcKeySource } from '../../handler-options';
 import type { StoredRpcResult } from '../../idempotency.options';
 import { evaluateKey } from '../../key-resolver';
 import { toPlain } from '../../plain-value';
+import { replayedValue } from '../../replayed-value';
 import { messageView } from '../../rpc/message-view';
 import { microservices } from '../../rpc/microservices';
 import { settleDelivery } from '../../rpc/rmq-settlement';
@@ -41,10 +42,16 @@ export class MessageDoor extends Door {
       }),
     );
     switch (outcome.kind) {
-      case 'replayed':
+      case 'replayed': {
         settleDelivery(context, plan.rmq!, 'replayed');
+        const replayed = replayedValue(outcome.payload, plan);
+        if (replayed.kind === 'error') {
+          if (plan.isEvent) return null;
+          throw rpcExceptions().rejected('idempotency-replayed-error', replayed.message);
+        }
         // Always a value: an empty stream would make Kafka retry and a request/reply hang.
-        return decodeValue(outcome.payload) ?? null;
+        return replayed.value ?? null;
+      }
       case 'refused':
         return this.refuse(context, plan, outcome.refusal, false);
       case 'executed':
