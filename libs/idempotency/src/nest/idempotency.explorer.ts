@@ -1,4 +1,4 @@
-import { Inject, Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModulesContainer, Reflector } from '@nestjs/core';
 import { IdempotencyConfigError } from '../core/errors';
 import {
@@ -12,6 +12,7 @@ import { IdempotentMetadata } from './idempotent.metadata';
 import { MODULE_SETTINGS } from './module-settings.provider';
 import type { ModuleSettings } from './module-settings';
 import { NEST_METADATA } from './nest-metadata';
+import { keySourceText } from './doors/door';
 import { requireGraphql } from './graphql/graphql-errors';
 import { ScopeClaim, settleSharedScopes } from './shared-scopes';
 import { preserveKafkaBytes } from './rpc/kafka-bytes';
@@ -61,6 +62,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       }
     }
     settleSharedScopes(claims);
+    for (const claim of claims) this.warnSharedKey(claim.plan);
     // Message handlers: @nestjs/microservices is loaded now (a missing package fails the
     // bootstrap), and Kafka keys keep their bytes.
     if (this.hasMessageHandlers) preserveKafkaBytes();
@@ -170,6 +172,20 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
         );
       }
     }
+  }
+
+  /**
+   * A key taken from the request (a template, a function) is likely to be
+   * sent by two callers (two customers' order 42). Without a `tenant` option
+   * their records are told apart only by `request.user`'s `id` or `sub`, when
+   * a guard sets one; said once per handler, at bootstrap.
+   */
+  private warnSharedKey(plan: HandlerPlan): void {
+    if (plan.transport === 'rpc' || plan.key.kind === 'header') return;
+    if (this.settings.options.tenant !== undefined) return;
+    (this.settings.options.logger ?? new Logger('Idempotency')).warn(
+      `${plan.where}: its key comes from the request (key: ${keySourceText(plan)}), and no tenant option says whose records are whose; a request whose request.user has no id or sub shares its record with every caller who sends the same key. Set tenant (a function of the ExecutionContext), or tenant: false to share records on purpose`,
+    );
   }
 
   /** Two instances of this module (two `forRoot`s) would run every handler's check twice and deadlock it. */

@@ -1,5 +1,6 @@
 import { decodeHttpResponse, decodeValue, isHttpResponse } from '../core/payload';
 import type { StoredPayload } from '../core/store';
+import { plainResult } from './doors/graphql/graphql-result';
 import type { HandlerPlan } from './handler-plan';
 
 /** What a message handler or a mutation replays: a value, or the error an HTTP route answered. */
@@ -13,8 +14,16 @@ export type ReplayedValue = { kind: 'value'; value: unknown } | { kind: 'error';
  * as a `Buffer`, nothing as `undefined`); an error status, which has no
  * value, is an error naming the status.
  */
-export function replayedValue(payload: StoredPayload, plan: HandlerPlan): ReplayedValue {
-  if (!isHttpResponse(payload)) return { kind: 'value', value: decodeValue(payload) };
+export function replayedValue(
+  payload: StoredPayload,
+  plan: HandlerPlan,
+  /** Keep a mutation's stored result as stored (the GraphQL door revives it itself). */
+  options: { typed?: boolean } = {},
+): ReplayedValue {
+  if (!isHttpResponse(payload)) {
+    const value = decodeValue(payload);
+    return { kind: 'value', value: options.typed ? value : plainResult(value) };
+  }
   const response = decodeHttpResponse(payload);
   if (response.status >= 400) {
     return {

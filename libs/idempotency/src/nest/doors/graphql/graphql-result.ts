@@ -74,6 +74,26 @@ export async function captureResult(
   return { [MARK]: 1, data };
 }
 
+/**
+ * A stored mutation result as another door replays it (an HTTP route or a
+ * message handler sharing the scope): plain data, each object's own
+ * properties and fields merged, scalars as they were sent. Any other value
+ * is returned as it is.
+ */
+export function plainResult(stored: unknown): unknown {
+  if (!isObject(stored) || stored[MARK] !== 1) return stored;
+  return withoutTypenames(dataView(stored.data as Json));
+}
+
+function withoutTypenames(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutTypenames);
+  if (!isObject(value)) return value;
+  const out: Record<string, unknown> = {};
+  for (const [name, field] of Object.entries(value))
+    if (name !== TYPENAME) out[name] = withoutTypenames(field);
+  return out;
+}
+
 /** A stored result as plain data: each object's own properties and fields merged, with `__typename`. */
 function dataView(stored: Json): unknown {
   if (Array.isArray(stored)) return stored.map(dataView);

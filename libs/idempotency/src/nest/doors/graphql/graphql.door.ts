@@ -97,7 +97,7 @@ export class GraphqlDoor extends Door {
       case 'refused':
         throw this.refusal(outcome.refusal, plan);
       case 'replayed': {
-        const replayed = replayedValue(outcome.payload, plan);
+        const replayed = replayedValue(outcome.payload, plan, { typed: true });
         if (replayed.kind === 'error')
           throw graphqlRefusal('idempotency-replayed-error', replayed.message);
         markReplayed(gqlContext);

@@ -7,6 +7,7 @@ import {
 } from '../../../core/payload';
 import type { StoredPayload } from '../../../core/store';
 import { bodyValue } from '../../replayed-value';
+import { plainResult } from '../graphql/graphql-result';
 import type { HandlerPlan } from '../../handler-plan';
 import { NEVER_STORED_HEADERS, StoredHttpResponse } from '../../idempotency.options';
 import type { FinishedResponse, Outgoing } from '../../http/raw-response';
@@ -93,7 +94,7 @@ function storedHeaders(
  */
 export function replayedResponse(payload: StoredPayload, plan: HandlerPlan): HttpResponseRecord {
   if (isHttpResponse(payload)) return decodeHttpResponse(payload);
-  const value = decodeValue(payload);
+  const value = plainResult(decodeValue(payload));
   const status = plan.replayStatus ?? 200;
   if (value === undefined) return { status, headers: {}, body: Buffer.alloc(0) };
   return {
