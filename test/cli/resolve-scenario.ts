@@ -42,7 +42,9 @@ export async function expectResolveOnSql(
   await acquire(open);
 
   const listed = await on('list');
-  expect(rowsMentioning(listed.stdout, keyDigest(scope, ran))[0]).toMatch(/│ AMBIGUOUS\s/);
+  expect(rowsMentioning(listed.stdout, `#${keyDigest(scope, ran).slice(-12)}`)[0]).toMatch(
+    / AMBIGUOUS {4}until resolved /,
+  );
   expect(listed.stdout).not.toContain(ran);
   const onlyAmbiguous = await on('list', '--state', 'ambiguous', '--json');
   expect(

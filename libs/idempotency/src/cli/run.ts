@@ -23,6 +23,7 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
     stdout: (text) => process.stdout.write(text),
     stderr: (text) => process.stderr.write(text),
     env: process.env,
+    terminal: process.stderr.isTTY ? { columns: () => process.stderr.columns } : undefined,
     ...io,
   };
   const context = new CommandContext(fullIo);
@@ -36,6 +37,7 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
     }
     const failure =
       error instanceof CliError ? error : new CliError(describeError(error), ExitCode.ERROR);
+    context.clearProgress();
     fullIo.stderr(`error: ${failure.message}\n`);
     return failure.exitCode;
   }
