@@ -130,7 +130,8 @@ describe('nest-idempotency errors and exit codes', () => {
         /^error: option '--state <state>' argument 'done' is invalid\. Allowed choices are in-progress, complete, ambiguous\.\n$/,
       ],
       [['list', '--scope'], /^error: option '--scope <scope>' argument missing\n$/],
-      [['inspect', 'Orders.place'], /^error: missing required argument 'key'\n$/],
+      [['inspect', 'Orders.place'], /^error: name the record: <scope> <key>, <scope>\/#<digest> /],
+      [['inspect'], /^error: missing required argument 'scope'\n$/],
       [['inspect', '', 'k'], /^error: <scope> must not be empty\n$/],
       [['inspect', 's', ''], /^error: <key> must not be empty\n$/],
       [['list', 'extra'], /^error: too many arguments for 'list'/],
@@ -185,14 +186,20 @@ describe('nest-idempotency errors and exit codes', () => {
       expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
       for (const command of [
         'list [options]',
-        'inspect [options] <scope> <key>',
+        'inspect [options] <scope> [key]',
         'purge',
+        'resolve [options] <scope> [key]',
         'verify',
       ]) {
         expect(stdout).toContain(command);
       }
       expect(stdout).toContain('Exit codes:');
       expect(stdout).toMatch(/^\s+3\s+unreachable: the database or Redis/m);
+      expect(stdout).toMatch(/^\s+7\s+inspect, resolve: the digest matches more than one record/m);
+      const inspect = await cli(['inspect', '--help'], { env: {} });
+      expect(inspect.stdout).toContain(
+        'ChargesController.charge/#f55ff16f66f4      as one argument, copied from a log line',
+      );
       const list = await cli(['list', '--help'], { env: {} });
       expect(list.code).toBe(0);
       expect(list.stdout).toContain('--state <state>');

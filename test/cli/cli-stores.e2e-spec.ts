@@ -4,6 +4,7 @@ import { encodeValue, IdempotencyStore, keyDigest, Lease } from 'nest-idempotenc
 import { mysqlSchemaSql, TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { mysqlSnapshot } from '../support/mariadb-harness';
+import { expectDigestLookups } from './digest-scenario';
 import { expectResolveOnSql } from './resolve-scenario';
 import {
   dropTable,
@@ -336,6 +337,15 @@ describe.runIf(mariadbAvailable())('nest-idempotency on MariaDB (mysql:// and ma
     );
     expect(prefix.code).toBe(2);
   });
+
+  // Last: it adds records to the table the tests above count.
+  it('inspect and resolve by digest: the server hashes UTF-8 keys and tenants as the logs do', async () => {
+    await expectDigestLookups(
+      new TypeOrmIdempotencyStore(admin, { table }),
+      (...args) => at('mariadb', ...args),
+      where,
+    );
+  });
 });
 
 const redisProbe = probeRedisSync();
@@ -490,7 +500,9 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
         [ran, 'action-failed'],
       ]);
       const before = await on('inspect', scope, ran);
-      expect(before.stdout).toMatch(/│ ambiguous\s+│ \S+Z \(.*\), action-failed: resolve it/);
+      expect(before.stdout).toMatch(
+        /│ ambiguous\s+│ \S+Z \(.*\), action-failed; resolve it: nest-idempotency resolve \S+\/#[0-9a-f]{12} --completed or --not-executed/,
+      );
       expect(before.stdout).toContain('payload: none (the outcome of the action is unknown)');
 
       const completed = await on('resolve', scope, ran, '--completed', '--payload', '{"id":7}');
@@ -552,6 +564,20 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
       expect((await strict.find({ scope, key: open }))?.state).toBe('IN_PROGRESS');
     } finally {
       await deletePrefix(admin, strictPrefix);
+    }
+  });
+
+  it('inspect and resolve by digest: every record under the prefix is read, tenants included', async () => {
+    const digestPrefix = scratchPrefix('cli-digest');
+    try {
+      await expectDigestLookups(
+        new RedisIdempotencyStore(admin, { keyPrefix: digestPrefix }),
+        (...args) =>
+          cli(['--key-prefix', digestPrefix, ...args], { env: { REDIS_URL: redisUrl() } }),
+        `${digestPrefix}* on Redis ${target}`,
+      );
+    } finally {
+      await deletePrefix(admin, digestPrefix);
     }
   });
 
@@ -662,6 +688,25 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
       expect(output.records.map((r: { key: string }) => r.key).sort()).toEqual(
         [DONE, LAPSED, LIVE].sort(),
       );
+    });
+
+    it('inspect and resolve by digest, reading every master', async () => {
+      const digestPrefix = scratchPrefix('cli-cluster-digest');
+      try {
+        await expectDigestLookups(
+          new RedisIdempotencyStore(clusterAdmin, { keyPrefix: digestPrefix }),
+          (...args) =>
+            cli(['--redis-cluster', '--redis-url', seeds, '--key-prefix', digestPrefix, ...args], {
+              env: {},
+            }),
+          `${digestPrefix}* on Redis Cluster ${cluster.ports
+            .slice(0, 2)
+            .map((port) => `127.0.0.1:${port}`)
+            .join(', ')}`,
+        );
+      } finally {
+        await deletePrefix(clusterAdmin, digestPrefix);
+      }
     });
 
     it('verify: every scenario PASS but the one that does not apply, on the Cluster', async () => {

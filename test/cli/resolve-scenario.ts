@@ -56,7 +56,9 @@ export async function expectResolveOnSql(
     [ran, 'action-failed'],
   ]);
   const before = await on('inspect', scope, ran);
-  expect(before.stdout).toMatch(/│ ambiguous\s+│ \S+Z \(.*\), action-failed: resolve it/);
+  expect(before.stdout).toMatch(
+    /│ ambiguous\s+│ \S+Z \(.*\), action-failed; resolve it: nest-idempotency resolve \S+\/#[0-9a-f]{12} --completed or --not-executed/,
+  );
   expect(before.stdout).toContain('payload: none (the outcome of the action is unknown)');
 
   const digest = keyDigest(scope, ran).replace(/[.*/#]/g, '\\$&');

@@ -46,7 +46,7 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
 function buildProgram(context: CommandContext): Command {
   const program = new Command('nest-idempotency')
     .description(
-      'Operate a nest-idempotency store (PostgreSQL, MySQL, MariaDB or Redis): list, inspect and purge records; verify its guarantees.',
+      'Operate a nest-idempotency store (PostgreSQL, MySQL, MariaDB or Redis): list, inspect, purge and resolve records; verify its guarantees.',
     )
     .version(packageVersion(), '-V, --version')
     .exitOverride()
@@ -82,7 +82,9 @@ function buildProgram(context: CommandContext): Command {
       'after',
       `
 Reading never changes a record: list, inspect and opening the store move nothing.
-Tables show key digests (<scope>/#<12 hex of SHA-256>), never raw keys; --json includes raw keys.
+Records are named as logs name them, <scope>/#<12 hex of SHA-256>, never by raw key;
+inspect and resolve take that name too. --json includes raw keys.
+On a terminal, work that takes more than a second shows its progress on stderr (never with --json).
 ${EXIT_CODES_HELP}`,
     );
   addListCommand(program, context);

@@ -9,6 +9,8 @@ import { schemaSql } from '../stores/typeorm/postgres/schema';
 import { isUnavailable } from '../stores/typeorm/postgres/unavailable';
 import { qualified, quoteIdent, TableName } from '../stores/typeorm/table';
 import { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
+import { scopeOfStored } from '../core/key';
+import type { RecordId } from '../core/store';
 import type { ContractHarness } from '../testing/harness';
 import {
   Backend,
@@ -23,6 +25,7 @@ import {
 } from './connection';
 import { CliError, ExitCode } from './exit-codes';
 import { median, roundMs } from './format';
+import { mysqlDigestSearch, postgresDigestSearch } from './sql-digest-search';
 
 /**
  * The TypeORM store on PostgreSQL (`postgres://`, driver `pg`) or on MySQL
@@ -75,11 +78,27 @@ export function sqlBackend(connection: SqlConnection): Backend {
       const store = storeOn(dataSource);
       try {
         await store.init();
+        const table = { schema: connection.schema, table: connection.table };
         return await use({
           store,
           where: describeWhere(connection),
           serverNow: () => serverNow(dataSource),
           countExpired: (limit) => store.countExpired({ limit }),
+          findByDigest: async (scope, hex) => {
+            const { sql, params } = postgres
+              ? postgresDigestSearch(qualified(table), scope, hex)
+              : mysqlDigestSearch(mysqlQualified(table), scope, hex);
+            try {
+              return await query<RecordId>(dataSource, 'the search by digest', sql, params);
+            } catch (error) {
+              // `query` gives up with this error when --timeout passes, and with no other.
+              if (!(error instanceof IdempotencyStoreUnavailableError)) throw error;
+              throw new CliError(
+                `the search for ${scopeOfStored(scope)}/#${hex} took longer than --timeout (${connection.timeoutMs} ms): it reads every record of the table once; raise --timeout, or name the record by its raw key`,
+                ExitCode.UNREACHABLE,
+              );
+            }
+          },
         });
       } finally {
         await store.close().catch(() => undefined);
