@@ -165,7 +165,9 @@ describe('the nest-idempotency bin (a child process)', () => {
   it('exits 4 when the table is missing', async () => {
     const exit = await run(['--schema', `${schema}_absent`, 'list']);
     expect(exit.code).toBe(4);
-    expect(exit.stderr).toMatch(/^error: table \S+ does not exist; [^\n]+\n$/);
+    expect(exit.stderr).toMatch(
+      /^error: table \S+ does not exist, and the CLI never creates it\. [^\n]+\n$/,
+    );
   });
 
   it('on a terminal, draws progress on long work and erases it; --json stays clean', async () => {

@@ -9,6 +9,7 @@ import { addInspectCommand } from './inspect';
 import { addListCommand } from './list';
 import { addPurgeCommand } from './purge';
 import { addResolveCommand } from './resolve';
+import { addSchemaSqlCommand } from './schema-sql';
 import { addVerifyCommand } from './verify';
 
 /**
@@ -92,6 +93,7 @@ ${EXIT_CODES_HELP}`,
   addPurgeCommand(program, context);
   addResolveCommand(program, context);
   addVerifyCommand(program, context);
+  addSchemaSqlCommand(program, context);
   return program;
 }
 
