@@ -10,6 +10,8 @@ import { createRecordsTable, schemaExists } from './cli-harness';
 import { describeIfRedis, probeRedisSync, redisUrl } from '../support/redis';
 
 const ROOT = join(__dirname, '..', '..');
+/** What a progress line starts with: carriage return, erase to the end of the line. */
+const ERASE_LINE = '\r\u001b[K';
 const BIN = join(ROOT, 'node_modules', '.bin', 'nest-idempotency');
 
 interface Exit {
@@ -44,6 +46,51 @@ function run(
 describe('the nest-idempotency bin (a child process)', () => {
   let admin: DataSource;
   const schema = scratchSchema('cli_bin');
+
+  /**
+   * Runs the bin on a pseudo-terminal of 80 columns (util-linux `script`),
+   * stdout and stderr both on it. `seen` resolves once the output holds `text`.
+   */
+  function onTerminal(args: string[]) {
+    const command = `stty cols 80; ${[BIN, ...args].map(shellWord).join(' ')}`;
+    const child = spawn('script', ['-qfec', command, '/dev/null'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', DATABASE_URL: testDatabaseUrl(), TERM: 'xterm' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    const waiting: Array<{ text: string; resolve: () => void }> = [];
+    child.stdout!.on('data', (chunk) => {
+      output += chunk;
+      for (const wait of waiting.filter((w) => output.includes(w.text))) wait.resolve();
+    });
+    const exit = new Promise<{ code: number | null; output: string }>((resolve, reject) => {
+      child.on('error', reject);
+      // The terminal turns each \n into \r\n.
+      child.on('close', (code) => resolve({ code, output: output.replace(/\r\n/g, '\n') }));
+    });
+    const seen = (text: string) =>
+      new Promise<void>((resolve, reject) => {
+        if (output.includes(text)) return resolve();
+        waiting.push({ text, resolve });
+        void exit.then(() => reject(new Error(`exited without printing ${text}:\n${output}`)));
+      });
+    return { exit, seen };
+  }
+
+  /** Resolves once `count` statements of the CLI wait on a lock. */
+  async function waitingOnLock(count: number): Promise<void> {
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const [{ n }] = await admin.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity
+         WHERE application_name = 'nest-idempotency-cli' AND wait_event_type = 'Lock'`,
+      );
+      if (n >= count) return;
+      if (Date.now() > deadline) throw new Error('the CLI never waited on the lock');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
 
   beforeAll(async () => {
     // The bin runs the built library: build it from the sources under test.
@@ -118,7 +165,44 @@ describe('the nest-idempotency bin (a child process)', () => {
   it('exits 4 when the table is missing', async () => {
     const exit = await run(['--schema', `${schema}_absent`, 'list']);
     expect(exit.code).toBe(4);
-    expect(exit.stderr).toMatch(/^error: table \S+ does not exist; [^\n]+\n$/);
+    expect(exit.stderr).toMatch(
+      /^error: table \S+ does not exist, and the CLI never creates it\. [^\n]+\n$/,
+    );
+  });
+
+  it('on a terminal, draws progress on long work and erases it; --json stays clean', async () => {
+    // The table is locked, so each purge --dry-run waits on its count: long work, by construction.
+    const runner = admin.createQueryRunner();
+    await runner.startTransaction();
+    try {
+      await runner.query(`LOCK TABLE "${schema}".idempotency_records IN ACCESS EXCLUSIVE MODE`);
+      const args = ['--schema', schema, '--timeout', '60000', 'purge', '--dry-run'];
+      const json = onTerminal([...args, '--json']);
+      await waitingOnLock(1);
+      const text = onTerminal(args);
+      // Drawn once the work has taken a second; by then the --json run has waited longer.
+      await text.seen('counting expired records in');
+      await runner.rollbackTransaction();
+      const [jsonExit, textExit] = await Promise.all([json.exit, text.exit]);
+      expect(textExit.code).toBe(0);
+      const drawn = textExit.output.split(ERASE_LINE);
+      expect(drawn.slice(1, -1).length).toBeGreaterThan(0);
+      for (const line of drawn.slice(1, -1)) {
+        expect(line).toMatch(
+          new RegExp(`^counting expired records in ${schema}\\.idempotency_records \\(\\d+s\\)$`),
+        );
+      }
+      // Erased before the result is printed.
+      expect(drawn.at(-1)).toMatch(
+        new RegExp(`^dry run: 0 records would be purged from ${schema}`),
+      );
+      expect(jsonExit.code).toBe(0);
+      expect(jsonExit.output).not.toContain('\u001b');
+      expect(JSON.parse(jsonExit.output)).toMatchObject({ dryRun: true, count: 0 });
+    } finally {
+      if (runner.isTransactionActive) await runner.rollbackTransaction();
+      await runner.release();
+    }
   });
 
   it('on Ctrl-C during verify, finishes the current check, drops its scratch schema and exits 130', async () => {
@@ -147,3 +231,7 @@ describe('the nest-idempotency bin (a child process)', () => {
     expect(await schemaExists(admin, scratch)).toBe(false);
   });
 });
+
+function shellWord(text: string): string {
+  return /^[\w./:=-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`;
+}

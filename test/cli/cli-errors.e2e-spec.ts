@@ -95,11 +95,11 @@ describe('nest-idempotency errors and exit codes', () => {
 
   describe('schema problems: exit 4', () => {
     it.each([['list'], ['inspect', 's', 'k'], ['purge'], ['purge', '--dry-run']])(
-      '%s: a missing table gets the store message, and is not created',
+      '%s: a missing table is named with what creates it, and is not created',
       async (...args) => {
         const run = await cli(['--schema', schema, ...args]);
         expect(expectOneLine(run)).toBe(
-          `error: table ${schema}.idempotency_records does not exist; run the nest-idempotency migrations (createIdempotencyMigrations()) or pass { ensureSchema: true } in development\n`,
+          `error: table ${schema}.idempotency_records does not exist, and the CLI never creates it. Create it with the application's migrations (createIdempotencyMigrations() in its DataSource; with the TypeORM CLI: npx typeorm migration:run -d <data-source file>), or with its SQL: nest-idempotency schema-sql postgres --schema ${schema} | psql "$DATABASE_URL"; or start the application once with { ensureSchema: true } (development only)\n`,
         );
         expect(run.code).toBe(4);
         const present = await admin.query(`SELECT to_regclass($1) AS t`, [
@@ -108,6 +108,39 @@ describe('nest-idempotency errors and exit codes', () => {
         expect(present[0].t).toBeNull();
       },
     );
+
+    it('schema-sql prints SQL that makes a table the CLI opens, and connects to nothing', async () => {
+      const sqlSchema = `${schema}_sql`;
+      // No server at all: the command only prints.
+      const printed = await cli(['schema-sql', 'postgres', '--schema', sqlSchema], { env: {} });
+      expect(printed.code).toBe(0);
+      expect(printed.stdout.split('\n')[0]).toBe(
+        `-- nest-idempotency: the records table ${sqlSchema}.idempotency_records (PostgreSQL)`,
+      );
+      try {
+        // As psql would run it: one script, twice (every statement is idempotent).
+        await admin.query(printed.stdout);
+        await admin.query(printed.stdout);
+        const listed = await cli(['--schema', sqlSchema, 'list', '--json']);
+        expect(listed.code).toBe(0);
+        expect(JSON.parse(listed.stdout).records).toEqual([]);
+      } finally {
+        await admin.query(`DROP SCHEMA IF EXISTS "${sqlSchema}" CASCADE`);
+      }
+      // The dialect comes from the URL when it is not given; without either, exit 2.
+      const fromUrl = await cli(['schema-sql'], {
+        env: { DATABASE_URL: 'mariadb://app@db:3306/shop' },
+      });
+      expect(fromUrl.stdout).toMatch(
+        /^-- nest-idempotency: the records table idempotency_records \(MySQL, MariaDB\)\nCREATE TABLE IF NOT EXISTS `idempotency_records` \(/,
+      );
+      expect(await cli(['schema-sql'], { env: {} })).toEqual({
+        code: 2,
+        stdout: '',
+        stderr:
+          'error: name the database: schema-sql postgres, schema-sql mysql or schema-sql mariadb (or pass --database-url)\n',
+      });
+    });
 
     it('names what is wrong with a table of the wrong shape', async () => {
       await admin.query(`CREATE TABLE "${schema}".wrong (id bytea PRIMARY KEY, scope text)`);
@@ -130,7 +163,8 @@ describe('nest-idempotency errors and exit codes', () => {
         /^error: option '--state <state>' argument 'done' is invalid\. Allowed choices are in-progress, complete, ambiguous\.\n$/,
       ],
       [['list', '--scope'], /^error: option '--scope <scope>' argument missing\n$/],
-      [['inspect', 'Orders.place'], /^error: missing required argument 'key'\n$/],
+      [['inspect', 'Orders.place'], /^error: name the record: <scope> <key>, <scope>\/#<digest> /],
+      [['inspect'], /^error: missing required argument 'scope'\n$/],
       [['inspect', '', 'k'], /^error: <scope> must not be empty\n$/],
       [['inspect', 's', ''], /^error: <key> must not be empty\n$/],
       [['list', 'extra'], /^error: too many arguments for 'list'/],
@@ -185,14 +219,21 @@ describe('nest-idempotency errors and exit codes', () => {
       expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
       for (const command of [
         'list [options]',
-        'inspect [options] <scope> <key>',
+        'inspect [options] <scope> [key]',
         'purge',
+        'resolve [options] <scope> [key]',
         'verify',
+        'schema-sql [dialect]',
       ]) {
         expect(stdout).toContain(command);
       }
       expect(stdout).toContain('Exit codes:');
       expect(stdout).toMatch(/^\s+3\s+unreachable: the database or Redis/m);
+      expect(stdout).toMatch(/^\s+7\s+inspect, resolve: the digest matches more than one record/m);
+      const inspect = await cli(['inspect', '--help'], { env: {} });
+      expect(inspect.stdout).toContain(
+        'ChargesController.charge/#f55ff16f66f4      as one argument, copied from a log line',
+      );
       const list = await cli(['list', '--help'], { env: {} });
       expect(list.code).toBe(0);
       expect(list.stdout).toContain('--state <state>');

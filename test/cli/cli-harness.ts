@@ -2,7 +2,7 @@ import { DataSource } from 'typeorm';
 import { schemaSql } from 'nest-idempotency/typeorm';
 import { ContractHarness, STORE_CONTRACT } from 'nest-idempotency/testing';
 import { runCli } from '../../libs/idempotency/src/cli';
-import type { Interrupt } from '../../libs/idempotency/src/cli';
+import type { CliIo, Interrupt } from '../../libs/idempotency/src/cli';
 import { testDatabaseUrl } from '../support/postgres';
 
 export interface CliRun {
@@ -14,7 +14,12 @@ export interface CliRun {
 /** Runs the CLI in this process, with DATABASE_URL pointing at the test server unless `env` says otherwise. */
 export async function cli(
   args: string[],
-  options: { env?: Record<string, string | undefined>; interrupt?: Interrupt } = {},
+  options: {
+    env?: Record<string, string | undefined>;
+    interrupt?: Interrupt;
+    /** Stands for a terminal on stderr (its width): the CLI then draws progress. */
+    terminal?: CliIo['terminal'];
+  } = {},
 ): Promise<CliRun> {
   let stdout = '';
   let stderr = '';
@@ -23,6 +28,8 @@ export async function cli(
     stderr: (text) => void (stderr += text),
     env: options.env ?? { DATABASE_URL: testDatabaseUrl() },
     interrupt: options.interrupt,
+    // Not a terminal, whatever the test runner's stderr is: no progress line unless a test asks.
+    terminal: options.terminal,
   });
   return { code, stdout, stderr };
 }

@@ -61,30 +61,63 @@ describe('nest-idempotency list and inspect', () => {
   }
 
   describe('list', () => {
-    it('prints a table of digests, states, leases, expiry and age, and never a raw key', async () => {
+    it('prints columns of digests, states, leases or TTLs and ages, and never a raw key', async () => {
       const { code, stdout, stderr } = await at('list');
       expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
       expectNoRawKeys(stdout);
-      expect(rowsMentioning(stdout, 'Key digest')[0]).toMatch(
-        /Scope\s+│\s+Key digest\s+│\s+State\s+│\s+Lease\s+│\s+Expires\s+│\s+Age/,
-      );
+      const lines = stdout.split('\n');
+      expect(lines[0]).toMatch(/^SCOPE\s+DIGEST\s+STATE\s+LEASE\/TTL\s+AGE$/);
       const row = (scope: string, key: string) => {
-        const rows = rowsMentioning(stdout, keyDigest(scope, key));
+        // The digest stands alone: its scope is in the first column.
+        const rows = rowsMentioning(stdout, `#${keyDigest(scope, key).slice(-12)}`);
         expect(rows).toHaveLength(1);
+        expect(rows[0]).not.toContain(keyDigest(scope, key));
         return rows[0];
       };
+      const digest = (scope: string, key: string) => `#${keyDigest(scope, key).slice(-12)}`;
       expect(row(PAYMENTS, LIVE)).toMatch(
-        /│ Payments\.create\s+│ Payments\.create\/#[0-9a-f]{12}\s+│ IN_PROGRESS\s+│ \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \((9|10)m( \d+s)? left\)\s+│ .*\(in 59m( \d+s)?\)\s+│ \d+(ms|s)\s+│/,
+        new RegExp(
+          `^Payments\\.create\\s+${digest(PAYMENTS, LIVE)}  IN_PROGRESS  (9|10)m left\\s+\\ds$`,
+        ),
       );
-      expect(row(PAYMENTS, LAPSED)).toMatch(
-        /│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired (\d+m )?\d+m?s ago\)\s+│/,
+      expect(row(PAYMENTS, LAPSED)).toMatch(/ IN_PROGRESS {2}expired \ds ago\s+\ds$/);
+      expect(row(ORDERS, DONE)).toMatch(
+        /^Orders\.place\s+#[0-9a-f]{12} {2}COMPLETE\s+59m left\s+\ds$/,
       );
-      expect(row(ORDERS, DONE)).toMatch(/│ COMPLETE\s+│ -\s+│ \S+Z \(in 59m( \d+s)?\)/);
-      expect(row(ORDERS, NOTHING)).toMatch(/│ COMPLETE\s+│ -\s+│/);
-      expect(row(OLD, STALE)).toMatch(/│ COMPLETE \(TTL expired\)\s+│ -\s+│ \S+Z \(\d+ms ago\)/);
+      expect(row(ORDERS, NOTHING)).toMatch(/ COMPLETE\s+59m left\s+\ds$/);
+      expect(row(OLD, STALE)).toMatch(/ COMPLETE\s+expired \ds ago\s+\ds$/);
       expect(stdout).toMatch(
-        new RegExp(`\\n5 records in ${table}, newest first \\(server time \\S+Z\\)\\n$`),
+        new RegExp(`\\n5 records in ${table}, newest first\\nserver time \\S+Z\\n$`),
       );
+    });
+
+    it('fits an 80-column terminal, naming a tenant’s record by its scope as logs do', async () => {
+      // A 29-character scope with the widest LEASE/TTL and AGE a record here can show.
+      const wide = 'SubscriptionsController.renew';
+      const tenantScope = `${wide}#tenant:a-tenant-with-a-long-name-0123456789`;
+      const lapsed = await store.tryAcquire({
+        scope: tenantScope,
+        key: 'raw-key-wide-1',
+        leaseMs: 1,
+        ttlMs: 3_600_000,
+        waitTimeoutMs: 0,
+        fingerprint: null,
+      });
+      expect(lapsed.kind).toBe('acquired');
+      await delay(20);
+      onTestFinished(() =>
+        admin.query(`DELETE FROM "${schema}".idempotency_records WHERE scope = $1`, [tenantScope]),
+      );
+      const { stdout } = await at('list', '--scope', tenantScope);
+      const lines = stdout.trimEnd().split('\n');
+      expect(lines).toHaveLength(4);
+      for (const line of lines) expect(line.length).toBeLessThanOrEqual(80);
+      // The handler's scope and the digest, as a log line names the record: no tenant.
+      const digest = keyDigest(wide, 'raw-key-wide-1', 'a-tenant-with-a-long-name-0123456789');
+      expect(lines[1]).toMatch(
+        new RegExp(`^${wide}  #${digest.slice(-12)}  IN_PROGRESS  expired \\ds ago\\s+\\ds$`),
+      );
+      expect(stdout).not.toContain('a-tenant-with');
     });
 
     it('filters by scope and state, and prints raw keys only with --json', async () => {
@@ -145,7 +178,7 @@ describe('nest-idempotency list and inspect', () => {
     it('stops at --limit and says there may be more', async () => {
       const { code, stdout } = await at('list', '--limit', '2');
       expect(code).toBe(0);
-      expect(stdout.split('\n').filter((line) => /\/#[0-9a-f]{12}/.test(line))).toHaveLength(2);
+      expect(stdout.split('\n').filter((line) => / #[0-9a-f]{12} /.test(line))).toHaveLength(2);
       expect(stdout).toContain('2 records in');
       expect(stdout).toContain('there may be more: raise --limit');
     });

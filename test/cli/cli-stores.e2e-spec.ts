@@ -4,10 +4,12 @@ import { encodeValue, IdempotencyStore, keyDigest, Lease } from 'nest-idempotenc
 import { mysqlSchemaSql, TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { mysqlSnapshot } from '../support/mariadb-harness';
+import { expectDigestLookups } from './digest-scenario';
 import { expectResolveOnSql } from './resolve-scenario';
 import {
   dropTable,
   mariadbAvailable,
+  mysqlTarget,
   mysqlTestUrl,
   openMysqlDataSource,
   scratchTable,
@@ -71,6 +73,11 @@ async function seed(store: IdempotencyStore): Promise<void> {
   await store.complete(await acquire(DONE, 600_000, 3_600_000), encodeValue(RESULT));
   await store.complete(await acquire(STALE, 600_000, 100), encodeValue('old'));
   await delay(250); // LAPSED's lease and STALE's TTL run out; nobody contends for them
+}
+
+/** A record as `list` shows it in its DIGEST column: `#` and 12 hex digits, between spaces. */
+function digestColumn(key: string): string {
+  return `  #${keyDigest(SCOPE, key).slice(-12)}  `;
 }
 
 function expectNoRawKeys(text: string): void {
@@ -142,18 +149,16 @@ describe.runIf(mariadbAvailable())('nest-idempotency on MariaDB (mysql:// and ma
       expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
       expectNoRawKeys(stdout);
       const row = (key: string) => {
-        const rows = rowsMentioning(stdout, keyDigest(SCOPE, key));
+        const rows = rowsMentioning(stdout, digestColumn(key));
         expect(rows).toHaveLength(1);
         return rows[0];
       };
-      expect(row(LIVE)).toMatch(/│ IN_PROGRESS\s+│ \S+Z \((9|10)m( \d+s)? left\)\s+│/);
-      expect(row(LAPSED)).toMatch(
-        /│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired (\d+m )?\d+m?s ago\)/,
-      );
-      expect(row(DONE)).toMatch(/│ COMPLETE\s+│ -\s+│ \S+Z \(in 59m( \d+s)?\)/);
-      expect(row(STALE)).toMatch(/│ COMPLETE \(TTL expired\)\s+│ -\s+│/);
+      expect(row(LIVE)).toMatch(/^Payments\.create\s+#\S+ {2}IN_PROGRESS {2}(9|10)m left\s+\ds$/);
+      expect(row(LAPSED)).toMatch(/ IN_PROGRESS {2}expired \ds ago\s+\ds$/);
+      expect(row(DONE)).toMatch(/ COMPLETE\s+59m left\s+\ds$/);
+      expect(row(STALE)).toMatch(/ COMPLETE\s+expired \ds ago\s+\ds$/);
       expect(stdout).toMatch(
-        new RegExp(`\\n4 records in ${where}, newest first \\(server time \\S+Z\\)\\n$`),
+        new RegExp(`\\n4 records in ${where}, newest first\\nserver time \\S+Z\\n$`),
       );
     },
   );
@@ -195,8 +200,21 @@ describe.runIf(mariadbAvailable())('nest-idempotency on MariaDB (mysql:// and ma
     const run = await cli(['--schema', 'test', '--table', `${table}_absent`, 'list'], {
       env: { DATABASE_URL: url('mariadb') },
     });
-    expect(expectOneLine(run)).toMatch(new RegExp(`^error: table test\\.${table}_absent `));
+    expect(expectOneLine(run)).toBe(
+      `error: table test.${table}_absent does not exist, and the CLI never creates it. Create it with the application's migrations (createIdempotencyMigrations() in its DataSource; with the TypeORM CLI: npx typeorm migration:run -d <data-source file>), or with its SQL: nest-idempotency schema-sql mariadb --table ${table}_absent | mysql -h ${mysqlTarget().host} -P ${mysqlTarget().port} -u <user> -p test; or start the application once with { ensureSchema: true } (development only)\n`,
+    );
     expect(run.code).toBe(4);
+    // What the message says to run makes a table the CLI opens.
+    const printed = await cli(['schema-sql', 'mariadb', '--table', `${table}_absent`], { env: {} });
+    try {
+      await admin.query(printed.stdout.split('\n').slice(1).join('\n'));
+      const listed = await cli(['--table', `${table}_absent`, 'list', '--json'], {
+        env: { DATABASE_URL: url('mariadb') },
+      });
+      expect(listed.code).toBe(0);
+    } finally {
+      await dropTable(admin, `${table}_absent`);
+    }
   });
 
   it.each(['mariadb', 'mysql'] as const)(
@@ -333,6 +351,15 @@ describe.runIf(mariadbAvailable())('nest-idempotency on MariaDB (mysql:// and ma
     );
     expect(prefix.code).toBe(2);
   });
+
+  // Last: it adds records to the table the tests above count.
+  it('inspect and resolve by digest: the server hashes UTF-8 keys and tenants as the logs do', async () => {
+    await expectDigestLookups(
+      new TypeOrmIdempotencyStore(admin, { table }),
+      (...args) => at('mariadb', ...args),
+      where,
+    );
+  });
 });
 
 const redisProbe = probeRedisSync();
@@ -366,16 +393,14 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
     const { code, stdout, stderr } = await at('list');
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
     expectNoRawKeys(stdout);
-    const row = (key: string) => rowsMentioning(stdout, keyDigest(SCOPE, key));
-    expect(row(LIVE)[0]).toMatch(/│ IN_PROGRESS\s+│ \S+Z \((9|10)m( \d+s)? left\)\s+│/);
-    expect(row(LAPSED)[0]).toMatch(
-      /│ IN_PROGRESS \(lease expired\)\s+│ \S+Z \(expired (\d+m )?\d+m?s ago\)/,
-    );
-    expect(row(DONE)[0]).toMatch(/│ COMPLETE\s+│ -\s+│ \S+Z \(in 59m( \d+s)?\)/);
+    const row = (key: string) => rowsMentioning(stdout, digestColumn(key));
+    expect(row(LIVE)[0]).toMatch(/ IN_PROGRESS {2}(9|10)m left\s+\ds$/);
+    expect(row(LAPSED)[0]).toMatch(/ IN_PROGRESS {2}expired \ds ago\s+\ds$/);
+    expect(row(DONE)[0]).toMatch(/ COMPLETE\s+59m left\s+\ds$/);
     expect(row(STALE)).toEqual([]);
     expect(stdout).toMatch(
       new RegExp(
-        `\\n3 records in ${where.replace(/[.*]/g, '\\$&')}, newest first \\(server time \\S+Z\\)\\n$`,
+        `\\n3 records in ${where.replace(/[.*]/g, '\\$&')}, newest first\\nserver time \\S+Z\\n$`,
       ),
     );
     // --redis-url works as REDIS_URL does, and --json carries the raw keys.
@@ -475,7 +500,9 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
       const strictWhere = `${strictPrefix}* on Redis ${target}`;
 
       const listed = await on('list');
-      expect(rowsMentioning(listed.stdout, keyDigest(scope, ran))[0]).toMatch(/│ AMBIGUOUS\s/);
+      expect(rowsMentioning(listed.stdout, `#${keyDigest(scope, ran).slice(-12)}`)[0]).toMatch(
+        / AMBIGUOUS {4}until resolved /,
+      );
       expect(listed.stdout).not.toContain(ran);
       const onlyAmbiguous = await on('list', '--state', 'ambiguous', '--json');
       expect(
@@ -487,7 +514,9 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
         [ran, 'action-failed'],
       ]);
       const before = await on('inspect', scope, ran);
-      expect(before.stdout).toMatch(/│ ambiguous\s+│ \S+Z \(.*\), action-failed: resolve it/);
+      expect(before.stdout).toMatch(
+        /│ ambiguous\s+│ \S+Z \(.*\), action-failed; resolve it: nest-idempotency resolve \S+\/#[0-9a-f]{12} --completed or --not-executed/,
+      );
       expect(before.stdout).toContain('payload: none (the outcome of the action is unknown)');
 
       const completed = await on('resolve', scope, ran, '--completed', '--payload', '{"id":7}');
@@ -549,6 +578,20 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
       expect((await strict.find({ scope, key: open }))?.state).toBe('IN_PROGRESS');
     } finally {
       await deletePrefix(admin, strictPrefix);
+    }
+  });
+
+  it('inspect and resolve by digest: every record under the prefix is read, tenants included', async () => {
+    const digestPrefix = scratchPrefix('cli-digest');
+    try {
+      await expectDigestLookups(
+        new RedisIdempotencyStore(admin, { keyPrefix: digestPrefix }),
+        (...args) =>
+          cli(['--key-prefix', digestPrefix, ...args], { env: { REDIS_URL: redisUrl() } }),
+        `${digestPrefix}* on Redis ${target}`,
+      );
+    } finally {
+      await deletePrefix(admin, digestPrefix);
     }
   });
 
@@ -659,6 +702,25 @@ describeIfRedis(redisProbe, `Redis at ${redisUrl()}`)('nest-idempotency on Redis
       expect(output.records.map((r: { key: string }) => r.key).sort()).toEqual(
         [DONE, LAPSED, LIVE].sort(),
       );
+    });
+
+    it('inspect and resolve by digest, reading every master', async () => {
+      const digestPrefix = scratchPrefix('cli-cluster-digest');
+      try {
+        await expectDigestLookups(
+          new RedisIdempotencyStore(clusterAdmin, { keyPrefix: digestPrefix }),
+          (...args) =>
+            cli(['--redis-cluster', '--redis-url', seeds, '--key-prefix', digestPrefix, ...args], {
+              env: {},
+            }),
+          `${digestPrefix}* on Redis Cluster ${cluster.ports
+            .slice(0, 2)
+            .map((port) => `127.0.0.1:${port}`)
+            .join(', ')}`,
+        );
+      } finally {
+        await deletePrefix(clusterAdmin, digestPrefix);
+      }
     });
 
     it('verify: every scenario PASS but the one that does not apply, on the Cluster', async () => {

@@ -12,6 +12,9 @@ import {
   tableSnapshot,
 } from './cli-harness';
 
+/** What a progress line starts with: carriage return, erase to the end of the line. */
+const ERASE_LINE = '\r\u001b[K';
+
 interface VerifyJson {
   scratchSchema: string;
   scratchSchemaDropped: boolean;
@@ -68,14 +71,23 @@ describe('nest-idempotency verify', () => {
 
   it('grades every scenario of the contract PASS on the real server, in a scratch schema it drops, leaving the real table alone', async () => {
     const before = await tableSnapshot(admin, schema);
-    const { code, stdout, stderr } = await cli([
-      '--schema',
-      schema,
-      'verify',
-      '--race-iterations',
-      '200',
-    ]);
-    expect(stderr).toBe('');
+    const { code, stdout, stderr } = await cli(
+      ['--schema', schema, 'verify', '--race-iterations', '200'],
+      { terminal: { columns: () => 100 } },
+    );
+    // On a terminal, stderr shows which check runs, redrawn in place (carriage return, erase the
+    // line), and is erased before the table is printed.
+    const drawn = stderr.split(ERASE_LINE);
+    expect(drawn[0]).toBe('');
+    expect(drawn.at(-1)).toBe('');
+    expect(drawn.length).toBeGreaterThan(2);
+    for (const line of drawn.slice(1, -1)) {
+      expect(line).toMatch(
+        /^verify: (connecting to \S+|\d+ of \d+ checks done; (now: [\w.-]+|removing the scratch namespace)) \(\d[^)]*\)$/,
+      );
+    }
+    expect(drawn.some((line) => line.includes('checks done; now: '))).toBe(true);
+    expect(stdout).not.toContain(ERASE_LINE);
     const scratch = scratchOf(stdout);
     expect(stdout).toMatch(/│ Guarantee\s+│ Grade │ Measured\s+│/);
     for (const title of [
@@ -100,14 +112,12 @@ describe('nest-idempotency verify', () => {
   });
 
   it('prints the grades and the measured figures as JSON, scenario by scenario of the catalogue', async () => {
-    const { code, stdout } = await cli([
-      'verify',
-      '--json',
-      '--concurrency',
-      '12',
-      '--race-iterations',
-      '100',
-    ]);
+    const { code, stdout, stderr } = await cli(
+      ['verify', '--json', '--concurrency', '12', '--race-iterations', '100'],
+      { terminal: { columns: () => 100 } },
+    );
+    // --json draws no progress, even on a terminal.
+    expect(stderr).toBe('');
     const output = jsonOf(stdout);
     expect(output.results.map((r) => [r.id, r.grade])).toEqual(grades());
     expect(output.summary).toEqual(summaryJson(grades()));

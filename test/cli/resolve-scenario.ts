@@ -42,7 +42,9 @@ export async function expectResolveOnSql(
   await acquire(open);
 
   const listed = await on('list');
-  expect(rowsMentioning(listed.stdout, keyDigest(scope, ran))[0]).toMatch(/│ AMBIGUOUS\s/);
+  expect(rowsMentioning(listed.stdout, `#${keyDigest(scope, ran).slice(-12)}`)[0]).toMatch(
+    / AMBIGUOUS {4}until resolved /,
+  );
   expect(listed.stdout).not.toContain(ran);
   const onlyAmbiguous = await on('list', '--state', 'ambiguous', '--json');
   expect(
@@ -54,7 +56,9 @@ export async function expectResolveOnSql(
     [ran, 'action-failed'],
   ]);
   const before = await on('inspect', scope, ran);
-  expect(before.stdout).toMatch(/│ ambiguous\s+│ \S+Z \(.*\), action-failed: resolve it/);
+  expect(before.stdout).toMatch(
+    /│ ambiguous\s+│ \S+Z \(.*\), action-failed; resolve it: nest-idempotency resolve \S+\/#[0-9a-f]{12} --completed or --not-executed/,
+  );
   expect(before.stdout).toContain('payload: none (the outcome of the action is unknown)');
 
   const digest = keyDigest(scope, ran).replace(/[.*/#]/g, '\\$&');

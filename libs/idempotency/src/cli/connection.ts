@@ -1,7 +1,7 @@
 import { errorText } from '../core/error-text';
 import { IdempotencyConfigError, IdempotencyStoreSchemaError } from '../core/errors';
 import { IdempotencyLogger } from '../core/logger';
-import type { IdempotencyStore } from '../core/store';
+import type { IdempotencyStore, RecordId } from '../core/store';
 import type { ContractHarness } from '../testing/harness';
 import { CliError, ExitCode } from './exit-codes';
 
@@ -70,6 +70,15 @@ export interface StoreHandle {
   serverNow(): Promise<Date>;
   /** How many records a purge would delete now; absent where the backend expires records itself. */
   countExpired?(limit?: number): Promise<number>;
+  /**
+   * The records of `scope` whose key digest may be `#<hex>`: of that stored
+   * scope and, for a scope without a tenant, of each of its tenants. No index
+   * holds digests, so this reads every record of the scope (SQL: in one
+   * statement that hashes on the server; Redis: every record under the
+   * prefix). `onRead` hears how many records were read so far, where the
+   * backend counts them. The caller checks each candidate's digest itself.
+   */
+  findByDigest(scope: string, hex: string, onRead?: (count: number) => void): Promise<RecordId[]>;
 }
 
 /** What `verify` ran, and what it left behind (nothing, unless `scratch.error` is set). */

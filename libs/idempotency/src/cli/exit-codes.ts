@@ -13,10 +13,12 @@ export const ExitCode = {
   UNREACHABLE: 3,
   /** The records table is missing or has the wrong shape; or verify may not create its scratch schema (or table). */
   SCHEMA: 4,
-  /** `inspect`, `resolve`: no record for that scope and key. */
+  /** `inspect`, `resolve`: no record for that scope and key (or digest). */
   NOT_FOUND: 5,
   /** Anything else: the server refused a statement (e.g. permission denied), a driver is missing, or an unexpected error. */
   ERROR: 6,
+  /** `inspect`, `resolve`: the digest matches more than one record; nothing was done. */
+  SEVERAL_RECORDS: 7,
   /** Interrupted (SIGINT) before the command finished. */
   INTERRUPTED: 130,
 } as const;
@@ -44,4 +46,5 @@ Exit codes:
   4    schema: the records table is missing or has the wrong shape; verify may not create its scratch schema or table
   5    inspect, resolve: no such record
   6    other error (e.g. the server refused a statement: permission denied; a driver is not installed)
+  7    inspect, resolve: the digest matches more than one record; nothing was done
   130  interrupted`;

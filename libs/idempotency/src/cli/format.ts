@@ -16,6 +16,43 @@ export function renderTable(
   return table.toString();
 }
 
+const NO_BORDERS = {
+  top: '',
+  'top-mid': '',
+  'top-left': '',
+  'top-right': '',
+  bottom: '',
+  'bottom-mid': '',
+  'bottom-left': '',
+  'bottom-right': '',
+  left: '',
+  'left-mid': '',
+  mid: '',
+  'mid-mid': '',
+  right: '',
+  'right-mid': '',
+  middle: '  ',
+};
+
+/**
+ * Columns without borders, two spaces apart, as `ps` and `kubectl` print
+ * them: a border costs three columns a cell, which an 80-column terminal
+ * cannot spare. Widths count what a terminal shows (wide characters twice).
+ */
+export function renderColumns(head: string[], rows: string[][]): string {
+  const table = new Table({
+    head,
+    chars: NO_BORDERS,
+    style: { head: [], border: [], 'padding-left': 0, 'padding-right': 0 },
+  });
+  table.push(...rows);
+  return table
+    .toString()
+    .split('\n')
+    .map((line) => line.trimEnd())
+    .join('\n');
+}
+
 /** A two-column table of labels and values. */
 export function renderFields(fields: Array<[string, string]>): string {
   const table = new Table({ style: { head: [], border: [] } });
@@ -48,6 +85,15 @@ export function formatDuration(ms: number): string {
     if (parts.length === 2) break;
   }
   return parts.filter((part, i) => i === 0 || !part.startsWith('0')).join(' ');
+}
+
+/** A length of time in its largest unit, rounded down: `350ms` is `0s`, `4m 59s` is `4m`, `2d 3h` is `2d`. */
+export function formatShortDuration(ms: number): string {
+  const rest = Math.abs(Math.round(ms));
+  if (rest < 60_000) return `${Math.floor(rest / 1000)}s`;
+  if (rest < 3_600_000) return `${Math.floor(rest / 60_000)}m`;
+  if (rest < 86_400_000) return `${Math.floor(rest / 3_600_000)}h`;
+  return `${Math.floor(rest / 86_400_000)}d`;
 }
 
 /** `in 5m 2s` for the future, `5m 2s ago` for the past, relative to `now`. */
@@ -83,6 +129,11 @@ export function leaseLabel(view: IdempotencyRecordView, now: Date): string {
 
 export function instantWithRelative(at: Date, now: Date): string {
   return `${formatInstant(at)} (${formatRelative(at, now)})`;
+}
+
+/** `200,000`: a count as a reader groups its digits. */
+export function thousands(count: number): string {
+  return count.toLocaleString('en-US');
 }
 
 export function plural(count: number, noun: string): string {

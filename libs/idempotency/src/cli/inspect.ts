@@ -14,50 +14,62 @@ import {
   stateLabel,
 } from './format';
 import { recordJson } from './list';
+import { requireOneRecord } from './locate-record';
+import {
+  KEY_ARGUMENT,
+  parseRecordReference,
+  RECORD_REFERENCE_HELP,
+  SCOPE_ARGUMENT,
+} from './record-reference';
 
 interface InspectOptions {
   json?: boolean;
 }
 
 /**
- * `inspect <scope> <key>`: the whole record, payload included, as stored (that
- * is, after the module's `sanitize`). A read: nothing changes.
+ * `inspect <scope> <key>`, `inspect <scope>/#<digest>` or
+ * `inspect <scope> '#<digest>'`: the whole record, payload included, as
+ * stored (that is, after the module's `sanitize`). A read: nothing changes.
  */
 export function addInspectCommand(program: Command, context: CommandContext): void {
   program
     .command('inspect')
     .description('show one record, payload included (reads only)')
-    .argument('<scope>', 'the record scope, e.g. PaymentsController.create')
-    .argument('<key>', 'the idempotency key, as the client sent it')
+    .argument('<scope>', SCOPE_ARGUMENT)
+    .argument('[key]', KEY_ARGUMENT)
     .option('--json', 'print JSON; includes the raw key')
-    .action(async (scope: string, key: string, options: InspectOptions, command: Command) => {
-      if (!scope) throw new CliError('<scope> must not be empty', ExitCode.USAGE);
-      if (!key) throw new CliError('<key> must not be empty', ExitCode.USAGE);
-      const connection = context.connection(command);
-      await withStore(connection, async ({ store, where, serverNow }) => {
-        const record = await store.find({ scope, key });
-        if (!record) {
-          throw new CliError(
-            `no record for ${storedKeyDigest(scope, key)} in ${where}`,
-            ExitCode.NOT_FOUND,
-          );
-        }
-        const now = await serverNow();
-        if (options.json) {
-          context.printJson({
-            table: where,
-            serverTime: now.toISOString(),
-            record: {
-              ...recordJson(record, now),
-              ...payloadJson(record),
-            },
-          });
-          return;
-        }
-        context.print(renderFields(fields(record, now)));
-        context.print(payloadText(record));
-      });
-    });
+    .addHelpText('after', RECORD_REFERENCE_HELP)
+    .action(
+      async (scope: string, key: string | undefined, options: InspectOptions, command: Command) => {
+        const reference = parseRecordReference(scope, key);
+        const connection = context.connection(command);
+        await withStore(connection, async (handle) => {
+          const { store, where, serverNow } = handle;
+          const id = await requireOneRecord(context, handle, reference, options);
+          const record = await store.find(id);
+          if (!record) {
+            throw new CliError(
+              `no record for ${storedKeyDigest(id.scope, id.key)} in ${where}`,
+              ExitCode.NOT_FOUND,
+            );
+          }
+          const now = await serverNow();
+          if (options.json) {
+            context.printJson({
+              table: where,
+              serverTime: now.toISOString(),
+              record: {
+                ...recordJson(record, now),
+                ...payloadJson(record),
+              },
+            });
+            return;
+          }
+          context.print(renderFields(fields(record, now)));
+          context.print(payloadText(record));
+        });
+      },
+    );
 }
 
 /** `payloadKind` and `payload`: the stored value itself, or an HTTP response (its body as text or base64). */
@@ -85,7 +97,12 @@ function fields(record: IdempotencyRecordView, now: Date): Array<[string, string
     ['key digest', storedKeyDigest(record.scope, record.key)],
     ['state', stateLabel(record, now)],
     ['lease', leaseLabel(record, now)],
-    ['expires', instantWithRelative(record.expiresAt, now)],
+    [
+      'expires',
+      record.state === 'AMBIGUOUS'
+        ? 'never: kept until it is resolved'
+        : instantWithRelative(record.expiresAt, now),
+    ],
     ['created', instantWithRelative(record.createdAt, now)],
     ['age', formatDuration(Math.max(0, now.getTime() - record.createdAt.getTime()))],
     ['completed', record.completedAt ? instantWithRelative(record.completedAt, now) : '-'],
@@ -94,7 +111,7 @@ function fields(record: IdempotencyRecordView, now: Date): Array<[string, string
       ? ([
           [
             'ambiguous',
-            `${instantWithRelative(record.ambiguousSince, now)}, ${record.ambiguousReason}: resolve it (nest-idempotency resolve)`,
+            `${instantWithRelative(record.ambiguousSince, now)}, ${record.ambiguousReason}; resolve it: nest-idempotency resolve ${storedKeyDigest(record.scope, record.key)} --completed or --not-executed`,
           ],
         ] as Array<[string, string]>)
       : []),

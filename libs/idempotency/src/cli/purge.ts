@@ -3,12 +3,16 @@ import { DEFAULT_PURGE_BATCH, IdempotencyStore } from '../core/store';
 import { wholeNumber } from './arguments';
 import { withStore } from './connection';
 import { CommandContext } from './context';
-import { plural } from './format';
+import { plural, thousands } from './format';
 
-/** Batches of at most 1000 rows, until one comes back short or `limit` is reached. */
+/**
+ * Batches of at most 1000 rows, until one comes back short or `limit` is
+ * reached; `onBatch` hears the running total after each.
+ */
 async function purgeAll(
   store: IdempotencyStore,
   limit = Number.POSITIVE_INFINITY,
+  onBatch: (total: number) => void = () => undefined,
 ): Promise<number> {
   let total = 0;
   for (;;) {
@@ -16,6 +20,7 @@ async function purgeAll(
     if (batch <= 0) return total;
     const purged = await store.purgeExpired({ limit: batch });
     total += purged;
+    onBatch(total);
     if (purged < batch) return total;
   }
 }
@@ -45,12 +50,16 @@ export function addPurgeCommand(program: Command, context: CommandContext): void
     .option('--json', 'print JSON')
     .action(async (options: PurgeOptions, command: Command) => {
       const connection = context.connection(command);
+      const progress = context.progress(options);
       await withStore(connection, async ({ store, where, countExpired }) => {
         const limit = options.limit;
+        progress.show(options.dryRun ? `counting expired records in ${where}` : `purging ${where}`);
         // Redis deletes each record itself once it is purgeable: nothing is ever left to count.
         const count = options.dryRun
           ? ((await countExpired?.(limit)) ?? 0)
-          : await purgeAll(store, limit);
+          : await purgeAll(store, limit, (total) =>
+              progress.show(`purging ${where}: ${thousands(total)} deleted`),
+            );
         if (options.json) {
           context.printJson({
             table: where,

@@ -15,6 +15,7 @@ import {
 } from './connection';
 import { CliError, ExitCode } from './exit-codes';
 import { median, roundMs } from './format';
+import { findByDigestOnRedis } from './redis-digest-search';
 
 /**
  * The Redis store, standalone or on a Cluster (`--redis-cluster`, the URLs
@@ -50,6 +51,8 @@ export function redisBackend(connection: RedisConnection): Backend {
           where: describeWhere(connection),
           serverNow: () => serverNow(commands),
           // Redis expires records itself: there is never anything to count.
+          findByDigest: (scope, hex, onRead) =>
+            findByDigestOnRedis(commands, store, scope, hex, onRead),
         });
       } finally {
         await store.close().catch(() => undefined);

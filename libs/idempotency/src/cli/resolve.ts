@@ -9,6 +9,13 @@ import { withStore } from './connection';
 import { CommandContext } from './context';
 import { CliError, ExitCode } from './exit-codes';
 import { formatInstant } from './format';
+import { requireOneRecord } from './locate-record';
+import {
+  KEY_ARGUMENT,
+  parseRecordReference,
+  RECORD_REFERENCE_HELP,
+  SCOPE_ARGUMENT,
+} from './record-reference';
 
 /** Who a resolution from this CLI is recorded as: somebody at an operator's terminal, never a name. */
 export const CLI_RESOLVER = 'cli:local';
@@ -22,7 +29,8 @@ interface ResolveOptions {
 }
 
 /**
- * `resolve <scope> <key> --completed [--payload <json>] | --not-executed`:
+ * `resolve <scope> <key> --completed [--payload <json>] | --not-executed`
+ * (or the record named by its digest, as `inspect` takes it):
  * ends an AMBIGUOUS record (strict mode), atomically, on a store that supports
  * strict mode. `--completed` makes it COMPLETE with that payload (a JSON
  * value; an HTTP route replays it as a JSON body with its status), replayable
@@ -37,8 +45,8 @@ export function addResolveCommand(program: Command, context: CommandContext): vo
     .description(
       'resolve an AMBIGUOUS record (strict mode): --completed [--payload <json>] or --not-executed',
     )
-    .argument('<scope>', 'the record scope, e.g. PaymentsController.create')
-    .argument('<key>', 'the idempotency key, as the client sent it')
+    .argument('<scope>', SCOPE_ARGUMENT)
+    .argument('[key]', KEY_ARGUMENT)
     .option('--completed', 'the action ran: the record becomes COMPLETE and is replayed')
     .option('--payload <json>', 'with --completed: the result to replay, as JSON (default: none)')
     .option(
@@ -47,74 +55,84 @@ export function addResolveCommand(program: Command, context: CommandContext): vo
     )
     .option('--ttl <duration>', 'with --completed: how long it is replayed', BUILT_IN_DEFAULTS.ttl)
     .option('--json', 'print JSON; includes the raw key')
-    .action(async (scope: string, key: string, options: ResolveOptions, command: Command) => {
-      if (!scope) throw new CliError('<scope> must not be empty', ExitCode.USAGE);
-      if (!key) throw new CliError('<key> must not be empty', ExitCode.USAGE);
-      if (options.completed === options.notExecuted) {
-        throw new CliError('pass exactly one of --completed and --not-executed', ExitCode.USAGE);
-      }
-      if (options.notExecuted && options.payload !== undefined) {
-        throw new CliError('--payload goes with --completed, not --not-executed', ExitCode.USAGE);
-      }
-      const payload = options.completed ? parsePayload(options.payload) : undefined;
-      const ttlMs = parseTtl(options.ttl);
-      const connection = context.connection(command);
-      await withStore(connection, async ({ store, where }) => {
-        const strict = store.strictMode;
-        if (!strict) {
-          throw new CliError(
-            `the store in ${where} does not support strict mode, so it has no AMBIGUOUS records to resolve`,
-            ExitCode.ERROR,
-          );
+    .addHelpText('after', RECORD_REFERENCE_HELP)
+    .action(
+      async (
+        first: string,
+        second: string | undefined,
+        options: ResolveOptions,
+        command: Command,
+      ) => {
+        const reference = parseRecordReference(first, second);
+        if (options.completed === options.notExecuted) {
+          throw new CliError('pass exactly one of --completed and --not-executed', ExitCode.USAGE);
         }
-        const digest = storedKeyDigest(scope, key);
-        const result = await strict.resolve(
-          { scope, key },
-          payload === undefined
-            ? { outcome: 'not-executed', resolvedBy: CLI_RESOLVER }
-            : { outcome: 'completed', payload, ttlMs, resolvedBy: CLI_RESOLVER },
-        );
-        if (result.kind === 'not-ambiguous') {
-          if (result.state === null) {
-            throw new CliError(`no record for ${digest} in ${where}`, ExitCode.NOT_FOUND);
+        if (options.notExecuted && options.payload !== undefined) {
+          throw new CliError('--payload goes with --completed, not --not-executed', ExitCode.USAGE);
+        }
+        const payload = options.completed ? parsePayload(options.payload) : undefined;
+        const ttlMs = parseTtl(options.ttl);
+        const connection = context.connection(command);
+        await withStore(connection, async (handle) => {
+          const { store, where } = handle;
+          const strict = store.strictMode;
+          if (!strict) {
+            throw new CliError(
+              `the store in ${where} does not support strict mode, so it has no AMBIGUOUS records to resolve`,
+              ExitCode.ERROR,
+            );
           }
-          throw new CliError(
-            `${digest} in ${where} is ${result.state}, not AMBIGUOUS: nothing was changed (only an AMBIGUOUS record is resolved)`,
-            ExitCode.ERROR,
+          // Exactly one record, named by its raw key, or never anything: see requireOneRecord.
+          const { scope, key } = await requireOneRecord(context, handle, reference, options);
+          const digest = storedKeyDigest(scope, key);
+          const result = await strict.resolve(
+            { scope, key },
+            payload === undefined
+              ? { outcome: 'not-executed', resolvedBy: CLI_RESOLVER }
+              : { outcome: 'completed', payload, ttlMs, resolvedBy: CLI_RESOLVER },
           );
-        }
-        const outcome = payload === undefined ? 'not-executed' : 'completed';
-        const event: IdempotencyEvent = {
-          type: 'resolved',
-          scope: scopeOfStored(scope),
-          keyDigest: digest,
-          outcome,
-          resolver: CLI_RESOLVER,
-        };
-        if (options.json) {
-          context.printJson({
-            table: where,
-            scope,
-            key,
+          if (result.kind === 'not-ambiguous') {
+            if (result.state === null) {
+              throw new CliError(`no record for ${digest} in ${where}`, ExitCode.NOT_FOUND);
+            }
+            throw new CliError(
+              `${digest} in ${where} is ${result.state}, not AMBIGUOUS: nothing was changed (only an AMBIGUOUS record is resolved)`,
+              ExitCode.ERROR,
+            );
+          }
+          const outcome = payload === undefined ? 'not-executed' : 'completed';
+          const event: IdempotencyEvent = {
+            type: 'resolved',
+            scope: scopeOfStored(scope),
             keyDigest: digest,
             outcome,
-            resolvedBy: CLI_RESOLVER,
-            resolvedAt: result.resolvedAt.toISOString(),
-            expiresAt:
-              outcome === 'completed'
-                ? new Date(result.resolvedAt.getTime() + ttlMs).toISOString()
-                : null,
-            event,
-          });
-          return;
-        }
-        context.print(
-          outcome === 'completed'
-            ? `resolved ${digest} in ${where} as completed by ${CLI_RESOLVER} at ${formatInstant(result.resolvedAt)}: it is COMPLETE and replayed until ${formatInstant(new Date(result.resolvedAt.getTime() + ttlMs))}`
-            : `resolved ${digest} in ${where} as not executed by ${CLI_RESOLVER} at ${formatInstant(result.resolvedAt)}: the record was deleted and the next attempt runs; this line is the only record of the resolution`,
-        );
-      });
-    });
+            resolver: CLI_RESOLVER,
+          };
+          if (options.json) {
+            context.printJson({
+              table: where,
+              scope,
+              key,
+              keyDigest: digest,
+              outcome,
+              resolvedBy: CLI_RESOLVER,
+              resolvedAt: result.resolvedAt.toISOString(),
+              expiresAt:
+                outcome === 'completed'
+                  ? new Date(result.resolvedAt.getTime() + ttlMs).toISOString()
+                  : null,
+              event,
+            });
+            return;
+          }
+          context.print(
+            outcome === 'completed'
+              ? `resolved ${digest} in ${where} as completed by ${CLI_RESOLVER} at ${formatInstant(result.resolvedAt)}: it is COMPLETE and replayed until ${formatInstant(new Date(result.resolvedAt.getTime() + ttlMs))}`
+              : `resolved ${digest} in ${where} as not executed by ${CLI_RESOLVER} at ${formatInstant(result.resolvedAt)}: the record was deleted and the next attempt runs; this line is the only record of the resolution`,
+          );
+        });
+      },
+    );
 }
 
 function parsePayload(text: string | undefined): Buffer {

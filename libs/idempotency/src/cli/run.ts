@@ -9,6 +9,7 @@ import { addInspectCommand } from './inspect';
 import { addListCommand } from './list';
 import { addPurgeCommand } from './purge';
 import { addResolveCommand } from './resolve';
+import { addSchemaSqlCommand } from './schema-sql';
 import { addVerifyCommand } from './verify';
 
 /**
@@ -23,6 +24,7 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
     stdout: (text) => process.stdout.write(text),
     stderr: (text) => process.stderr.write(text),
     env: process.env,
+    terminal: process.stderr.isTTY ? { columns: () => process.stderr.columns } : undefined,
     ...io,
   };
   const context = new CommandContext(fullIo);
@@ -36,6 +38,7 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
     }
     const failure =
       error instanceof CliError ? error : new CliError(describeError(error), ExitCode.ERROR);
+    context.clearProgress();
     fullIo.stderr(`error: ${failure.message}\n`);
     return failure.exitCode;
   }
@@ -44,7 +47,7 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
 function buildProgram(context: CommandContext): Command {
   const program = new Command('nest-idempotency')
     .description(
-      'Operate a nest-idempotency store (PostgreSQL, MySQL, MariaDB or Redis): list, inspect and purge records; verify its guarantees.',
+      'Operate a nest-idempotency store (PostgreSQL, MySQL, MariaDB or Redis): list, inspect, purge and resolve records; verify its guarantees.',
     )
     .version(packageVersion(), '-V, --version')
     .exitOverride()
@@ -80,7 +83,9 @@ function buildProgram(context: CommandContext): Command {
       'after',
       `
 Reading never changes a record: list, inspect and opening the store move nothing.
-Tables show key digests (<scope>/#<12 hex of SHA-256>), never raw keys; --json includes raw keys.
+Records are named as logs name them, <scope>/#<12 hex of SHA-256>, never by raw key;
+inspect and resolve take that name too. --json includes raw keys.
+On a terminal, work that takes more than a second shows its progress on stderr (never with --json).
 ${EXIT_CODES_HELP}`,
     );
   addListCommand(program, context);
@@ -88,6 +93,7 @@ ${EXIT_CODES_HELP}`,
   addPurgeCommand(program, context);
   addResolveCommand(program, context);
   addVerifyCommand(program, context);
+  addSchemaSqlCommand(program, context);
   return program;
 }
 

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { DataSource, DataSourceOptions } from 'typeorm';
-import { IdempotencyStoreUnavailableError } from '../core/errors';
+import { IdempotencyStoreSchemaError, IdempotencyStoreUnavailableError } from '../core/errors';
 import { boundedQuery } from '../stores/typeorm/bounded-query';
 import { mysqlSchemaSql } from '../stores/typeorm/mysql/schema';
 import { mysqlQualified } from '../stores/typeorm/mysql/sql';
@@ -9,6 +9,8 @@ import { schemaSql } from '../stores/typeorm/postgres/schema';
 import { isUnavailable } from '../stores/typeorm/postgres/unavailable';
 import { qualified, quoteIdent, TableName } from '../stores/typeorm/table';
 import { TypeOrmIdempotencyStore } from '../stores/typeorm/typeorm.store';
+import { scopeOfStored } from '../core/key';
+import type { RecordId } from '../core/store';
 import type { ContractHarness } from '../testing/harness';
 import {
   Backend,
@@ -23,6 +25,8 @@ import {
 } from './connection';
 import { CliError, ExitCode } from './exit-codes';
 import { median, roundMs } from './format';
+import { missingTableMessage } from './schema-sql';
+import { mysqlDigestSearch, postgresDigestSearch } from './sql-digest-search';
 
 /**
  * The TypeORM store on PostgreSQL (`postgres://`, driver `pg`) or on MySQL
@@ -67,6 +71,19 @@ export function sqlBackend(connection: SqlConnection): Backend {
     return new Date(Math.floor(Number(row.us) / 1000));
   };
 
+  /** Whether the records table exists (the store's check says only that its shape is wrong). */
+  const tableExists = async (dataSource: DataSource): Promise<boolean> => {
+    const rows = await query(
+      dataSource,
+      'the table query',
+      postgres
+        ? 'SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = $2'
+        : 'SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?',
+      [connection.schema, connection.table],
+    );
+    return rows.length > 0;
+  };
+
   const backend: Backend = {
     async withStore<T>(use: (handle: StoreHandle) => Promise<T>): Promise<T> {
       const dataSource = await openDataSource(connection, 2);
@@ -74,12 +91,35 @@ export function sqlBackend(connection: SqlConnection): Backend {
       // missing table is reported, not created.
       const store = storeOn(dataSource);
       try {
-        await store.init();
+        try {
+          await store.init();
+        } catch (error) {
+          if (error instanceof IdempotencyStoreSchemaError && !(await tableExists(dataSource))) {
+            throw new CliError(missingTableMessage(connection), ExitCode.SCHEMA);
+          }
+          throw error;
+        }
+        const table = { schema: connection.schema, table: connection.table };
         return await use({
           store,
           where: describeWhere(connection),
           serverNow: () => serverNow(dataSource),
           countExpired: (limit) => store.countExpired({ limit }),
+          findByDigest: async (scope, hex) => {
+            const { sql, params } = postgres
+              ? postgresDigestSearch(qualified(table), scope, hex)
+              : mysqlDigestSearch(mysqlQualified(table), scope, hex);
+            try {
+              return await query<RecordId>(dataSource, 'the search by digest', sql, params);
+            } catch (error) {
+              // `query` gives up with this error when --timeout passes, and with no other.
+              if (!(error instanceof IdempotencyStoreUnavailableError)) throw error;
+              throw new CliError(
+                `the search for ${scopeOfStored(scope)}/#${hex} took longer than --timeout (${connection.timeoutMs} ms): it reads every record of the table once; raise --timeout, or name the record by its raw key`,
+                ExitCode.UNREACHABLE,
+              );
+            }
+          },
         });
       } finally {
         await store.close().catch(() => undefined);

@@ -62,10 +62,20 @@ export function addVerifyCommand(program: Command, context: CommandContext): voi
       const connection = context.connection(command);
       // Ctrl-C stops between checks; the scratch namespace is still removed.
       if (context.io.interrupt) context.io.interrupt.handled = true;
+      const progress = context.progress(options);
+      const total = STORE_CONTRACT.length;
+      const checking = (done: number) =>
+        progress.show(
+          done < total
+            ? `verify: ${done} of ${total} checks done; now: ${STORE_CONTRACT[done].id}`
+            : `verify: ${total} of ${total} checks done; removing the scratch namespace`,
+        );
+      progress.show(`verify: connecting to ${connection.target}`);
       const outcome = await runVerify(
         connection,
         { concurrency: options.concurrency, raceIterations: options.raceIterations },
         context.io.interrupt?.signal,
+        { onCreated: () => checking(0), onResult: (done) => checking(done) },
       );
       const counts = { PASS: 0, FAIL: 0, 'N/A': 0 };
       for (const result of outcome.results) counts[result.grade]++;
@@ -135,10 +145,17 @@ interface VerifyOutcome {
   cleanupHint: string;
 }
 
+/** What `runVerify` reports as it goes: the scratch namespace exists; `done` checks are graded. */
+export interface VerifyProgress {
+  onCreated?(): void;
+  onResult?(done: number): void;
+}
+
 export async function runVerify(
   connection: Connection,
   scale: { concurrency: number; raceIterations: number },
   signal?: AbortSignal,
+  progress: VerifyProgress = {},
 ): Promise<VerifyOutcome> {
   const backend = await openBackend(connection);
   const outcome: VerifyOutcome = {
@@ -155,7 +172,12 @@ export async function runVerify(
       async ({ harness, serverVersion, roundTripMs }) => {
         outcome.serverVersion = serverVersion;
         outcome.roundTripMs = roundTripMs;
-        const results = await runIdempotencyStoreContract(harness, { scale, signal });
+        let done = 0;
+        const results = await runIdempotencyStoreContract(harness, {
+          scale,
+          signal,
+          onResult: () => progress.onResult?.(++done),
+        });
         outcome.interrupted = signal?.aborted === true && results.length < STORE_CONTRACT.length;
         outcome.doesNotApply = declaredNotApplicable(results, harness);
         outcome.results = results.map((r) => ({
@@ -165,7 +187,10 @@ export async function runVerify(
           measured: r.measured,
         }));
       },
-      (scratch) => (outcome.scratch = scratch),
+      (scratch) => {
+        outcome.scratch = scratch;
+        progress.onCreated?.();
+      },
     );
     outcome.removeError = run.removeError;
     outcome.cleanupHint = run.cleanupHint;
