@@ -201,6 +201,7 @@ export class TracingIdempotencyStore implements IdempotencyStore {
   readonly onWait?: (listener: (scope: string) => void) => () => void;
   readonly transactional?: TransactionalCompletion;
   readonly strictMode?: StrictModeSupport;
+  readonly ping?: () => Promise<void>;
 
   constructor(
     readonly inner: IdempotencyStore,
@@ -213,6 +214,7 @@ export class TracingIdempotencyStore implements IdempotencyStore {
       durationHistogram('Duration of each store call'),
     );
     if (inner.onWait) this.onWait = (listener) => inner.onWait!(listener);
+    if (inner.ping) this.ping = () => this.span('ping', {}, () => inner.ping!());
     const strict = inner.strictMode;
     if (strict) {
       this.strictMode = {
