@@ -119,6 +119,17 @@ class ReadonlyOrdersController {
   }
 }
 
+/** Its 201, with a type, is declared on the class. */
+@Controller('classy-created')
+@ApiCreatedResponse({ type: PaymentDto, description: 'Created, declared on the class' })
+class ClassLevelCreatedController {
+  @Post()
+  @Idempotent()
+  create() {
+    return { id: 'p1', amount: 1 };
+  }
+}
+
 /**
  * Compiles ./swagger-plugin/*.ts with the Swagger CLI plugin (the TypeScript
  * transformer `nest build` runs with it enabled) to CommonJS, and loads the
@@ -314,7 +325,7 @@ describe('OpenAPI documents (with @nestjs/swagger)', () => {
   it('gives success responses declared on the controller class the header too', async () => {
     const moduleRef = await Test.createTestingModule({
       imports: [IdempotencyModule.forRoot({ store: new InMemoryIdempotencyStore() })],
-      controllers: [ClassLevelController],
+      controllers: [ClassLevelController, ClassLevelCreatedController],
     }).compile();
     const app = moduleRef.createNestApplication({ logger: false });
     apps.push(app);
@@ -328,6 +339,14 @@ describe('OpenAPI documents (with @nestjs/swagger)', () => {
       content: { 'application/json': { schema: { $ref: '#/components/schemas/PaymentDto' } } },
     });
     expect(op.responses['201'].headers).toHaveProperty('Idempotent-Replayed');
+    // A status the class declares is the class's, with its type, not an untyped inferred one.
+    const created = operation(document, '/classy-created', 'post');
+    expect(Object.keys(created.responses)).toEqual(['201', ...REFUSALS]);
+    expect(created.responses['201']).toEqual({
+      description: 'Created, declared on the class',
+      headers: { 'Idempotent-Replayed': expect.any(Object) },
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/PaymentDto' } } },
+    });
   });
 
   it('keeps the success type the Swagger CLI plugin infers from the return type', async () => {

@@ -123,10 +123,14 @@ function documentRoute(
   applyPluginResponses(api, classRef, methodName, descriptor);
   const key = api.DECORATORS.API_RESPONSE;
   const declared = Reflect.getMetadata(key, handler) as Responses | undefined;
-  // What Swagger shows for a route that declares nothing.
-  const responses: Responses = { ...(declared ?? { [defaultStatusOf(handler)]: {} }) };
-  const onClass = Reflect.getMetadata(key, classRef.prototype.constructor) as Responses | undefined;
-  for (const [status, entry] of Object.entries(onClass ?? {})) {
+  const onClass = (Reflect.getMetadata(key, classRef.prototype.constructor) ?? {}) as Responses;
+  const responses: Responses = { ...declared };
+  if (!declared) {
+    // What Swagger shows for a method that declares nothing, unless the class declares that status.
+    const status = defaultStatusOf(handler);
+    if (!(status in onClass)) responses[status] = {};
+  }
+  for (const [status, entry] of Object.entries(onClass)) {
     // A success response declared on the controller applies here too: copied, to carry the header.
     if (isAnswer(status) && !(status in responses)) responses[status] = entry;
   }
