@@ -8,6 +8,7 @@ import {
 } from '@nestjs/common';
 import { context, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -20,6 +21,8 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { randomUUID } from 'node:crypto';
+import { createServer, Server } from 'node:http';
+import { AddressInfo } from 'node:net';
 import {
   Idempotent,
   IdempotencyEvent,
@@ -27,6 +30,7 @@ import {
   IdempotencyPurgeScheduler,
   keyDigest,
 } from 'nest-idempotency';
+import { IDEMPOTENCY_DURATION_BUCKETS_SECONDS } from 'nest-idempotency/opentelemetry';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { ADAPTERS, send, startHttpApp } from '../support/http-app';
@@ -47,7 +51,41 @@ const reader = new PeriodicExportingMetricReader({
   exporter: metricExporter,
   exportIntervalMillis: 3_600_000,
 });
-const meterProvider = new MeterProvider({ readers: [reader] });
+// A second reader: the Prometheus exporter, scraped over HTTP as Prometheus would.
+const prometheus = new PrometheusExporter({ preventServerStart: true });
+const meterProvider = new MeterProvider({ readers: [reader, prometheus] });
+let scrapeServer: Server;
+let scrapeUrl: string;
+
+beforeAll(async () => {
+  scrapeServer = createServer((req, res) => prometheus.getMetricsRequestHandler(req, res));
+  await new Promise<void>((resolve) => scrapeServer.listen(0, '127.0.0.1', resolve));
+  scrapeUrl = `http://127.0.0.1:${(scrapeServer.address() as AddressInfo).port}/metrics`;
+});
+
+/**
+ * `le` → cumulative count of one histogram series in the Prometheus text format
+ * (the exporter names it with or without the `_seconds` unit suffix, by version).
+ */
+function bucketsOf(
+  text: string,
+  metric: string,
+  labels: Record<string, string>,
+): Map<string, number> {
+  const buckets = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${metric}_bucket{`) && !line.startsWith(`${metric}_seconds_bucket{`))
+      continue;
+    const [, labelText, value] = /^[^{]+\{(.*)\} (\S+)$/.exec(line)!;
+    const found = Object.fromEntries(
+      [...labelText.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((m) => [m[1], m[2]]),
+    );
+    if (Object.entries(labels).every(([name, wanted]) => found[name] === wanted)) {
+      buckets.set(found.le, Number(value));
+    }
+  }
+  return buckets;
+}
 const contextManager = new AsyncLocalStorageContextManager().enable();
 context.setGlobalContextManager(contextManager);
 
@@ -146,6 +184,35 @@ describe.each(ADAPTERS)('telemetry over %s', (adapter) => {
     expect(JSON.stringify(exported)).not.toContain(key);
   });
 
+  it('exports every duration histogram through the Prometheus exporter with the advised buckets, from 100 µs to 30 s', async () => {
+    const key = `raw-${randomUUID()}`;
+    await send(url, 'POST', '/telemetry', { key });
+    await send(url, 'POST', '/telemetry', { key });
+    const response = await fetch(scrapeUrl);
+    expect(response.status).toBe(200);
+    const text = await response.text();
+    const expectedLe = [...IDEMPOTENCY_DURATION_BUCKETS_SECONDS.map(String), '+Inf'];
+    expect(expectedLe.slice(0, 4)).toEqual(['0.0001', '0.00025', '0.0005', '0.001']);
+    const scope = { idempotency_scope: 'TelemetryController.create' };
+    for (const [metric, labels] of [
+      ['idempotency_acquire_duration', { ...scope, idempotency_outcome: 'acquired' }],
+      ['idempotency_acquire_duration', { ...scope, idempotency_outcome: 'replayed' }],
+      ['idempotency_action_duration', scope],
+      ['idempotency_store_operation_duration', { idempotency_store_operation: 'acquire' }],
+      ['idempotency_store_operation_duration', { idempotency_store_operation: 'complete' }],
+    ] as const) {
+      const buckets = bucketsOf(text, metric, labels);
+      expect([...buckets.keys()], `${metric} ${JSON.stringify(labels)}`).toEqual(expectedLe);
+      const total = buckets.get('+Inf')!;
+      expect(total).toBeGreaterThan(0);
+      // Local calls take a few milliseconds: they land below half a second, and not all in
+      // the first bucket (the SDK's defaults would have put every one of them in le="5").
+      expect(buckets.get('0.5'), metric).toBe(total);
+      expect(buckets.get('0.0001')!, metric).toBeLessThan(total);
+    }
+    expect(text).not.toContain(key);
+  });
+
   it('traces acquire and complete as child spans of the request span, with the outcome, never the key or the tenant', async () => {
     spans.reset();
     const key = `raw-${randomUUID()}`;
@@ -189,6 +256,7 @@ describe.each(ADAPTERS)('telemetry over %s', (adapter) => {
 });
 
 afterAll(async () => {
+  await new Promise((resolve) => scrapeServer?.close(resolve));
   await meterProvider.shutdown();
   await tracerProvider.shutdown();
   contextManager.disable();

@@ -4,5 +4,9 @@
  * application brings the SDK). In a Nest application, `telemetry: true` in
  * `IdempotencyModule.forRoot` does both.
  */
-export { instrumentIdempotencyEngine, TracingIdempotencyStore } from './telemetry/opentelemetry';
+export {
+  IDEMPOTENCY_DURATION_BUCKETS_SECONDS,
+  instrumentIdempotencyEngine,
+  TracingIdempotencyStore,
+} from './telemetry/opentelemetry';
 export type { IdempotencyTelemetryOptions } from './telemetry/opentelemetry';

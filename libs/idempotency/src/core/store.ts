@@ -39,6 +39,13 @@ export interface IdempotencyStore {
   /** Optional: release connections and wake waiters. Called on application shutdown. */
   close?(): Promise<void>;
   /**
+   * Optional: one round trip to the backend, for health checks. Resolves when
+   * it answered; throws `IdempotencyStoreUnavailableError` when it did not
+   * answer within the store's operation timeout or cannot be reached. Reads
+   * and writes no record. Wrappers pass it on.
+   */
+  ping?(): Promise<void>;
+  /**
    * Optional: calls `listener` each time a duplicate starts waiting inside
    * `tryAcquire` (after a look found the record in flight). For tests, which
    * can then act at the moment a waiter waits, and for metrics.

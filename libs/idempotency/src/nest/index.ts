@@ -9,3 +9,5 @@ export type { ProblemDetails } from './http/problem';
 export type { IdempotencyRpcError } from './rpc/rpc-exceptions';
 export * from './idempotency-purge.scheduler';
 export { IdempotencyTransaction } from './transaction/idempotency-transaction';
+export { IdempotencyHealthIndicator } from './idempotency.health';
+export type { IdempotencyHealthOptions, IdempotencyHealthResult } from './idempotency.health';

@@ -30,12 +30,37 @@ import type {
  * | `idempotency.action.duration` | histogram, `s` | `idempotency.scope` |
  * | `idempotency.store.operation.duration` | histogram, `s` | `idempotency.store.operation`, `error.type` |
  * | `idempotency.purge.records` | counter, `{record}` | — |
+ *
+ * Every histogram advises `IDEMPOTENCY_DURATION_BUCKETS_SECONDS` as its
+ * bucket boundaries; an SDK View of the application's still overrides them.
  */
 export interface IdempotencyTelemetryOptions {
   /** Default: `metrics.getMeter('nest-idempotency')`. */
   meter?: Meter;
   /** Default: `trace.getTracer('nest-idempotency')`. */
   tracer?: Tracer;
+}
+
+/**
+ * Bucket boundaries, in seconds, advised for every duration histogram: from
+ * 100 µs (a replay from the cache, a Redis round trip) to 30 s (a slow
+ * handler, a long wait), roughly 1-2.5-5 per decade. The SDK's default
+ * boundaries (0, 5, 10, 25 … 10000) are meant for milliseconds: in seconds
+ * they would put nearly every observation in the first bucket.
+ */
+export const IDEMPOTENCY_DURATION_BUCKETS_SECONDS: readonly number[] = Object.freeze([
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+  30,
+]);
+
+/** The options every duration histogram is created with. */
+function durationHistogram(description: string) {
+  return {
+    unit: 's',
+    description,
+    // A copy per instrument: the SDK keeps the array it is given.
+    advice: { explicitBucketBoundaries: [...IDEMPOTENCY_DURATION_BUCKETS_SECONDS] },
+  };
 }
 
 type Api = typeof import('@opentelemetry/api');
@@ -93,24 +118,25 @@ export function instrumentIdempotencyEngine(
   options: IdempotencyTelemetryOptions = {},
 ): () => void {
   const meter = options.meter ?? otel().metrics.getMeter('nest-idempotency');
-  const seconds = { unit: 's' };
   const instruments: Instruments = {
     outcomes: meter.createCounter('idempotency.outcomes', {
       unit: '{call}',
       description: 'Edges and outcomes of idempotent calls, by scope and outcome',
     }),
-    acquire: meter.createHistogram('idempotency.acquire.duration', {
-      ...seconds,
-      description: 'Time to acquire a key or learn its outcome, waiting included',
-    }),
-    wait: meter.createHistogram('idempotency.wait.duration', {
-      ...seconds,
-      description: "Time a duplicate waited inside the store for the holder's outcome",
-    }),
-    action: meter.createHistogram('idempotency.action.duration', {
-      ...seconds,
-      description: 'Time from the acquisition to the stored result (the handler and its response)',
-    }),
+    acquire: meter.createHistogram(
+      'idempotency.acquire.duration',
+      durationHistogram('Time to acquire a key or learn its outcome, waiting included'),
+    ),
+    wait: meter.createHistogram(
+      'idempotency.wait.duration',
+      durationHistogram("Time a duplicate waited inside the store for the holder's outcome"),
+    ),
+    action: meter.createHistogram(
+      'idempotency.action.duration',
+      durationHistogram(
+        'Time from the acquisition to the stored result (the handler and its response)',
+      ),
+    ),
     purged: meter.createCounter('idempotency.purge.records', {
       unit: '{record}',
       description: 'Expired records deleted by purge runs',
@@ -175,6 +201,7 @@ export class TracingIdempotencyStore implements IdempotencyStore {
   readonly onWait?: (listener: (scope: string) => void) => () => void;
   readonly transactional?: TransactionalCompletion;
   readonly strictMode?: StrictModeSupport;
+  readonly ping?: () => Promise<void>;
 
   constructor(
     readonly inner: IdempotencyStore,
@@ -182,11 +209,12 @@ export class TracingIdempotencyStore implements IdempotencyStore {
   ) {
     this.tracer = options.tracer ?? otel().trace.getTracer('nest-idempotency');
     const meter = options.meter ?? otel().metrics.getMeter('nest-idempotency');
-    this.duration = meter.createHistogram('idempotency.store.operation.duration', {
-      unit: 's',
-      description: 'Duration of each store call',
-    });
+    this.duration = meter.createHistogram(
+      'idempotency.store.operation.duration',
+      durationHistogram('Duration of each store call'),
+    );
     if (inner.onWait) this.onWait = (listener) => inner.onWait!(listener);
+    if (inner.ping) this.ping = () => this.span('ping', {}, () => inner.ping!());
     const strict = inner.strictMode;
     if (strict) {
       this.strictMode = {

@@ -1,12 +1,12 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, RequestMethod } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { compileHandlerPlan, HandlerPlan, mergeOptions, transportOf } from '../handler-plan';
 import { IdempotentMetadata } from '../idempotent.metadata';
 import type { ModuleSettings } from '../module-settings';
 import { MODULE_SETTINGS } from '../module-settings.provider';
+import { NEST_METADATA } from '../nest-metadata';
 
 type Swagger = typeof import('@nestjs/swagger');
-type ResponseOptions = Parameters<Swagger['ApiResponse']>[0];
 
 let swagger: Swagger | null | undefined;
 
@@ -26,12 +26,44 @@ function loadSwagger(): Swagger | null {
 /** Handlers already documented, so a second application in the same process adds nothing twice. */
 const documented = new WeakSet<object>();
 
+/** The component every refusal's `application/problem+json` content refers to. */
+const PROBLEM_COMPONENT = 'IdempotencyProblemDetails';
+
 /**
- * Documents every `@Idempotent` route in the OpenAPI document: the key header
- * and the refusals (400, 409 with `Retry-After`, 413, 422, 503). It runs while
- * the application is created, before `SwaggerModule.createDocument`, so it
- * knows the module's settings (the key header's name). Nothing happens without
- * `@nestjs/swagger`, or with `http: { openapi: false }`.
+ * One response as Swagger keeps it in a method's `swagger/apiResponse`
+ * metadata (status → the `@ApiResponse` options without `status`): the same
+ * shape on `@nestjs/swagger` 11 and 12.
+ */
+interface ResponseEntry {
+  description?: string;
+  type?: unknown;
+  schema?: unknown;
+  content?: Record<string, unknown>;
+  headers?: Record<string, unknown>;
+  [option: string]: unknown;
+}
+type Responses = Record<string, ResponseEntry>;
+
+/** A refusal the library may answer a route with. */
+interface Refusal {
+  status: number;
+  description: string;
+  retryAfter: boolean;
+}
+
+/**
+ * Documents every `@Idempotent` route in the OpenAPI document: the key header,
+ * `Idempotent-Replayed` on the route's own responses, and the refusals as
+ * `application/problem+json` responses referring to one component. It runs
+ * while the application is created, before `SwaggerModule.createDocument`, so
+ * it knows the module's settings (the key header's name, the body limit).
+ * Nothing happens without `@nestjs/swagger`, or with `http: { openapi: false }`.
+ *
+ * The route keeps every response the application declares or Swagger infers:
+ * a route with none gets the one Swagger would infer (201 for POST, 200
+ * otherwise, or the `@HttpCode`), and one the Swagger CLI plugin inferred from
+ * the return type is applied first (the plugin's own pass, at document time,
+ * adds nothing to a route that already has responses).
  */
 @Injectable()
 export class IdempotencyOpenApiDocumenter {
@@ -62,84 +94,212 @@ export class IdempotencyOpenApiDocumenter {
         documented.add(handler);
         const descriptor = Object.getOwnPropertyDescriptor(classRef.prototype, methodName);
         if (!descriptor) continue;
-        for (const decorate of decoratorsFor(api, plan, settings)) {
-          decorate(classRef.prototype, methodName, descriptor);
-        }
+        documentRoute(api, classRef, methodName, descriptor, plan, settings);
       }
     }
   }
 }
 
-function decoratorsFor(api: Swagger, plan: HandlerPlan, settings: ModuleSettings) {
-  const problem = (description: string, retryAfter = false): ResponseOptions => ({
-    description,
-    content: { 'application/problem+json': { schema: PROBLEM_SCHEMA } },
-    ...(retryAfter
-      ? {
-          headers: {
-            'Retry-After': {
-              description: 'Seconds to wait before retrying with the same key',
-              schema: { type: 'integer', minimum: 1 },
-            },
-          },
-        }
-      : {}),
-  });
+function documentRoute(
+  api: Swagger,
+  classRef: { prototype: object },
+  methodName: string,
+  descriptor: PropertyDescriptor,
+  plan: HandlerPlan,
+  settings: ModuleSettings,
+): void {
+  const handler = descriptor.value as object;
   const header = keyHeaderOf(plan, settings);
-  const out: MethodDecorator[] = [];
   if (header) {
-    out.push(
-      api.ApiHeader({
-        name: header,
-        required: plan.required && !plan.observe,
-        description: `Idempotency key: a retry with the same key replays the first response (marked \`Idempotent-Replayed: true\`) instead of running ${plan.where} again. At most ${settings.maxKeyLength} characters.`,
-        schema: { type: 'string', minLength: 1, maxLength: settings.maxKeyLength },
-      }),
-    );
+    api.ApiHeader({
+      name: header,
+      required: plan.required && !plan.observe,
+      description: `Idempotency key: a retry with the same key replays the first response (marked \`Idempotent-Replayed: true\`) instead of running ${plan.where} again. At most ${settings.maxKeyLength} characters.`,
+      schema: { type: 'string', minLength: 1, maxLength: settings.maxKeyLength },
+    })(classRef.prototype, methodName, descriptor);
   }
-  if (plan.observe) return out; // observe mode never refuses a request
-  out.push(
-    api.ApiResponse({
+  if (plan.observe) return; // observe mode never refuses a request, nor replays one
+
+  applyPluginResponses(api, classRef, methodName, descriptor);
+  const key = api.DECORATORS.API_RESPONSE;
+  const declared = Reflect.getMetadata(key, handler) as Responses | undefined;
+  const onClass = (Reflect.getMetadata(key, classRef.prototype.constructor) ?? {}) as Responses;
+  const responses: Responses = { ...declared };
+  if (!declared) {
+    // What Swagger shows for a method that declares nothing, unless the class declares that status.
+    const status = defaultStatusOf(handler);
+    if (!(status in onClass)) responses[status] = {};
+  }
+  for (const [status, entry] of Object.entries(onClass)) {
+    // A success response declared on the controller applies here too: copied, to carry the header.
+    if (isAnswer(status) && !(status in responses)) responses[status] = entry;
+  }
+  for (const [status, entry] of Object.entries(responses)) {
+    if (!isAnswer(status)) continue;
+    responses[status] = {
+      ...entry,
+      description: entry.description ?? '',
+      headers: { 'Idempotent-Replayed': REPLAYED_HEADER, ...entry.headers },
+    };
+  }
+  for (const refusal of refusalsOf(plan, settings)) {
+    const status = String(refusal.status);
+    responses[status] = withRefusal(responses[status], refusal);
+  }
+  Reflect.defineMetadata(key, responses, handler);
+  api.ApiExtraModels(problemModel(api))(classRef.prototype, methodName, descriptor);
+}
+
+/**
+ * What the Swagger CLI plugin inferred for this method (its response type
+ * from the return type), applied as Swagger applies it when it makes the
+ * document: the class nearest the method wins, and responses the method
+ * already declares are left alone.
+ */
+function applyPluginResponses(
+  api: Swagger,
+  classRef: { prototype: object },
+  methodName: string,
+  descriptor: PropertyDescriptor,
+): void {
+  for (
+    let prototype: object | null = classRef.prototype;
+    prototype && prototype !== Object.prototype;
+    prototype = Object.getPrototypeOf(prototype) as object | null
+  ) {
+    const factory = (prototype.constructor as unknown as Record<string, unknown>)[
+      PLUGIN_METADATA_FACTORY
+    ];
+    if (typeof factory !== 'function') continue;
+    const inferred = (factory as () => Record<string, Record<string, unknown>>)()[methodName];
+    if (!inferred) continue;
+    // Swagger's own pass takes these three as the operation's, not the response's.
+    const { summary: _summary, deprecated: _deprecated, tags: _tags, ...response } = inferred;
+    if (Object.keys(response).length === 0) continue;
+    const status = (response.status as number | undefined) ?? defaultStatusOf(descriptor.value);
+    api.ApiResponse({ ...response, status } as Parameters<Swagger['ApiResponse']>[0], {
+      overrideExisting: false,
+    })(classRef.prototype, methodName, descriptor);
+  }
+}
+
+/** The static method the Swagger CLI plugin adds to a controller class (`METADATA_FACTORY_NAME`). */
+const PLUGIN_METADATA_FACTORY = '_OPENAPI_METADATA_FACTORY';
+
+/** `@HttpCode(…)` (Nest's `HTTP_CODE_METADATA`), pinned by the OpenAPI e2e test on both majors. */
+const HTTP_CODE_METADATA = '__httpCode__';
+
+/** The status Swagger documents for a route without declared responses. */
+function defaultStatusOf(handler: object): number {
+  const code = Reflect.getMetadata(HTTP_CODE_METADATA, handler) as number | undefined;
+  if (code) return code;
+  return Reflect.getMetadata(NEST_METADATA.method, handler) === RequestMethod.POST ? 201 : 200;
+}
+
+/** A response the handler itself gives, and a replay repeats: 1xx to 3xx, or a `2XX` range. */
+function isAnswer(status: string): boolean {
+  return /^[123](\d\d|XX)$/i.test(status);
+}
+
+const REPLAYED_HEADER = {
+  description:
+    '`true` when this response is the replay of the first response to the same idempotency key; absent on the first response',
+  schema: { type: 'string', enum: ['true'] },
+};
+
+const RETRY_AFTER_HEADER = {
+  description: 'Seconds to wait before retrying with the same key',
+  schema: { type: 'integer', minimum: 1 },
+};
+
+/** Every refusal this route can answer with, by status. */
+function refusalsOf(plan: HandlerPlan, settings: ModuleSettings): Refusal[] {
+  const keyCodes = plan.required
+    ? '`idempotency-key-missing` (no key) or `idempotency-key-invalid`'
+    : '`idempotency-key-invalid`';
+  const out: Refusal[] = [
+    {
       status: 400,
-      ...problem(
-        'idempotency-key-missing or idempotency-key-invalid: the key is absent (when required) or not a valid key',
-      ),
-    }),
-    api.ApiResponse({
+      description: `${keyCodes}: the idempotency key is absent or not a valid key`,
+      retryAfter: false,
+    },
+    {
       status: 409,
-      ...problem(
-        'idempotency-in-flight: a request with this idempotency key is still being processed',
-        true,
-      ),
-    }),
-    api.ApiResponse({
+      description: plan.policy.strict
+        ? '`idempotency-in-flight`: a request with this idempotency key is still being processed (with `Retry-After`); or `idempotency-outcome-unknown`: an earlier request with this key may have been processed and its outcome is unknown until the record is resolved (no `Retry-After`)'
+        : '`idempotency-in-flight`: a request with this idempotency key is still being processed',
+      retryAfter: true,
+    },
+    {
       status: 413,
-      ...problem(
-        `idempotency-body-too-large: the request body is over ${settings.maxBodyBytes} bytes`,
-      ),
-    }),
-    api.ApiResponse({
-      status: 503,
-      ...problem(
-        'idempotency-store-unavailable or idempotency-completion-failed: the idempotency store could not be reached',
-        true,
-      ),
-    }),
-  );
-  if (plan.fingerprint !== false) {
-    out.push(
-      api.ApiResponse({
-        status: 422,
-        ...problem(
-          'idempotency-key-reused: this idempotency key was already used with a different request',
-        ),
-      }),
-    );
+      description: `\`idempotency-body-too-large\`: the request body is over ${settings.maxBodyBytes} bytes`,
+      retryAfter: false,
+    },
+  ];
+  if (plan.fingerprint === 'default') {
+    out.push({
+      status: 415,
+      description:
+        '`idempotency-body-unreadable`: the request has a body that was not parsed before the idempotency check, so it cannot be compared with the first request',
+      retryAfter: false,
+    });
   }
+  if (plan.fingerprint !== false) {
+    out.push({
+      status: 422,
+      description:
+        '`idempotency-key-reused`: this idempotency key was already used with a different request',
+      retryAfter: false,
+    });
+  }
+  out.push(
+    {
+      status: 500,
+      description:
+        '`idempotency-result-not-storable`: the response could not be recorded for replay; a retry with this key does not run the request again',
+      retryAfter: false,
+    },
+    {
+      status: 503,
+      description:
+        '`idempotency-store-unavailable` or `idempotency-completion-failed`: the idempotency store could not be reached, or the outcome could not be recorded',
+      retryAfter: true,
+    },
+  );
   return out;
 }
 
-/** The request header the key is read from, if it is one header. */
+/**
+ * The refusal as a response of its own, or added to the application's own
+ * response of that status: its description first, then the library's; its
+ * headers kept; the problem document added as a media type unless the
+ * application's response has a `type` or `schema` (Swagger renders those as
+ * the only content, so the library's would be lost anyway).
+ */
+function withRefusal(own: ResponseEntry | undefined, refusal: Refusal): ResponseEntry {
+  const problem = { schema: { $ref: `#/components/schemas/${PROBLEM_COMPONENT}` } };
+  const headers = refusal.retryAfter ? { 'Retry-After': RETRY_AFTER_HEADER } : undefined;
+  if (!own) {
+    return {
+      description: refusal.description,
+      content: { 'application/problem+json': problem },
+      ...(headers ? { headers } : {}),
+    };
+  }
+  const rendersItsOwnContent = own.type !== undefined || own.schema !== undefined;
+  return {
+    ...own,
+    description: own.description
+      ? `${own.description}\n\n${refusal.description}`
+      : refusal.description,
+    ...(headers || own.headers ? { headers: { ...headers, ...own.headers } } : {}),
+    ...(rendersItsOwnContent
+      ? {}
+      : { content: { 'application/problem+json': problem, ...own.content } }),
+  };
+}
+
+/** The header the key is read from, if it is one header. */
 function keyHeaderOf(plan: HandlerPlan, settings: ModuleSettings): string | undefined {
   if (plan.key.kind === 'header') return settings.keyHeader;
   if (plan.key.kind !== 'expression') return undefined;
@@ -147,15 +307,37 @@ function keyHeaderOf(plan: HandlerPlan, settings: ModuleSettings): string | unde
   return match?.[1];
 }
 
-const PROBLEM_SCHEMA = {
-  type: 'object',
-  required: ['type', 'title', 'status', 'detail', 'code'],
-  properties: {
-    type: { type: 'string', format: 'uri-reference' },
-    title: { type: 'string' },
-    status: { type: 'integer' },
-    detail: { type: 'string' },
-    code: { type: 'string', description: 'Stable machine-readable reason' },
-    retryAfterSeconds: { type: 'integer', minimum: 1 },
-  },
-};
+let problemClass: (new () => object) | undefined;
+
+/**
+ * The problem document (`ProblemDetails` in ../http/problem.ts) as a model
+ * class Swagger turns into the `IdempotencyProblemDetails` component: made
+ * when `@nestjs/swagger` is there, since its decorators describe it.
+ */
+function problemModel(api: Swagger): new () => object {
+  if (problemClass) return problemClass;
+  // The class name is the component's name.
+  const model = class IdempotencyProblemDetails {};
+  const property = (name: string, options: Parameters<Swagger['ApiProperty']>[0]) =>
+    api.ApiProperty(options)(model.prototype, name);
+  property('type', {
+    type: 'string',
+    format: 'uri-reference',
+    description: '`about:blank`, or the URI `http.problemTypes` makes from the code',
+  });
+  property('title', { type: 'string', description: "The status code's reason phrase" });
+  property('status', { type: 'integer', description: 'The HTTP status code' });
+  property('detail', { type: 'string', description: 'What happened, for a person to read' });
+  property('code', {
+    type: 'string',
+    description: 'Stable machine-readable reason, such as `idempotency-in-flight`',
+  });
+  property('retryAfterSeconds', {
+    type: 'integer',
+    minimum: 1,
+    required: false,
+    description: 'Seconds to wait before retrying with the same key, when `Retry-After` is sent',
+  });
+  problemClass = model;
+  return model;
+}

@@ -53,6 +53,8 @@ export class ReplayCachingStore implements IdempotencyStore {
    * replays are), and a resolved one is cached from its first replay.
    */
   readonly strictMode?: StrictModeSupport;
+  /** Passed through: a health check asks the store, never the cache. */
+  readonly ping?: () => Promise<void>;
 
   constructor(
     readonly inner: IdempotencyStore,
@@ -62,6 +64,7 @@ export class ReplayCachingStore implements IdempotencyStore {
     if (inner.onWait) this.onWait = (listener) => inner.onWait!(listener);
     if (inner.transactional) this.transactional = inner.transactional;
     if (inner.strictMode) this.strictMode = inner.strictMode;
+    if (inner.ping) this.ping = () => inner.ping!();
     this.cache = new LRUCache<string, CachedRecord>({
       max: options.maxEntries ?? 10_000,
       maxSize: options.maxBytes ?? 64 * 1024 * 1024,

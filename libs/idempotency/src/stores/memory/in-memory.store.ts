@@ -199,6 +199,9 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     return out;
   }
 
+  /** Nothing to reach: the records are in this process. */
+  async ping(): Promise<void> {}
+
   async close(): Promise<void> {
     this.waiters.notifyAll();
   }

@@ -169,6 +169,31 @@ export class RedisCommands {
     );
   }
 
+  /**
+   * PING on the server, or on a Cluster on every master (its whole key space),
+   * all within one `timeoutMs`: a master that does not answer fails it.
+   */
+  ping(): Promise<void> {
+    const client = this.client;
+    return this.bounded('ping', this.timeoutMs, async () => {
+      if (!isCluster(client)) {
+        await client.sendCommand(
+          ['PING'],
+          client.isReady ? READY_OPTIONS : { timeout: this.timeoutMs, typeMapping: AS_BUFFERS },
+        );
+        return;
+      }
+      const nodes = await Promise.all(
+        client.masters.map((master) => client.nodeClient(master as never)),
+      );
+      await Promise.all(
+        nodes.map((node) =>
+          node.sendCommand(['PING'], { timeout: this.timeoutMs, typeMapping: AS_BUFFERS }),
+        ),
+      );
+    });
+  }
+
   private async bounded<T>(
     operation: string,
     timeoutMs: number,

@@ -220,6 +220,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return this.waiters.onWait(listener);
   }
 
+  /**
+   * PING, within `operationTimeoutMs`: on a Cluster, every master must answer.
+   * `IdempotencyStoreUnavailableError` when one does not, or when the client
+   * is not open (a `fromUrl` store before `init()`, or after `close()`).
+   */
+  ping(): Promise<void> {
+    return this.commands.ping();
+  }
+
   async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
     const names = this.keys.record(request.scope, request.key);
     const leaseId = randomUUID();

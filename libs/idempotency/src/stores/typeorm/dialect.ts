@@ -35,6 +35,8 @@ export interface Dialect {
   prepare(ensureSchema: boolean): Promise<void>;
   /** Stops waking and releases what `prepare` opened; waiters are woken to look once more. */
   close(): Promise<void>;
+  /** One trivial statement through the store's query path, bounded like every other. */
+  ping(): Promise<void>;
   /**
    * Starts one `tryAcquire`: the looks of the wait loop, and its end. A look
    * that acquires hands back `lease` (made by the store beforehand, so that the

@@ -163,6 +163,17 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     return this.waiters.onWait(listener);
   }
 
+  /**
+   * `SELECT 1` through the same pool and the same bound as every other call
+   * (waiting for a pooled connection included): `IdempotencyStoreUnavailableError`
+   * after `operationTimeoutMs`, or when the database cannot be reached. It
+   * needs no `init()`, so a health check tells an unreachable database apart
+   * from a missing table.
+   */
+  ping(): Promise<void> {
+    return this.dialect.ping();
+  }
+
   tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
     // Prepared: straight on, without a turn of the event loop for init().
     return this.prepared ? this.acquire(request) : this.init().then(() => this.acquire(request));

@@ -504,6 +504,10 @@ export class MysqlDialect implements Dialect {
     }
   }
 
+  async ping(): Promise<void> {
+    await this.query('ping', plain('SELECT 1'), []);
+  }
+
   async purge(limit: number): Promise<number> {
     const ok = await this.query<MysqlOk>('purge', this.sql.purge, { limit });
     return ok.affectedRows;

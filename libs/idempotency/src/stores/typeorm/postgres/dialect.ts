@@ -441,6 +441,10 @@ export class PostgresDialect implements Dialect {
     return rowCount === 1;
   }
 
+  async ping(): Promise<void> {
+    await this.query('ping', 'SELECT 1', [], none);
+  }
+
   async purge(limit: number): Promise<number> {
     const { rows } = await this.query<{ purged: number }>(
       'purge',
