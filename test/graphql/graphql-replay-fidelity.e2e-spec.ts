@@ -210,9 +210,7 @@ async function mutate(url: string, query: string, key: string): Promise<Reply> {
   return {
     replayed: response.headers.get('idempotent-replayed'),
     data: body.data,
-    ...(body.errors
-      ? { errors: body.errors.map(({ message, path }) => ({ message, path })) }
-      : {}),
+    ...(body.errors ? { errors: body.errors.map(({ message, path }) => ({ message, path })) } : {}),
   };
 }
 
@@ -220,76 +218,76 @@ const PAID_FIELDS = 'id amount paidAt fee display note';
 const PAY = (decline: boolean) =>
   `mutation { pay(decline: ${decline}) { __typename ... on Paid { ${PAID_FIELDS} } ... on Declined { reason } } }`;
 
-describe.each(DRIVERS)('GraphQL replays answer what the first caller got, $name', ({
-  adapter,
-  graphql,
-}) => {
-  const schema = scratchSchema('gqlfid');
-  let dataSource: DataSource;
-  let store: TypeOrmIdempotencyStore;
-  let app: INestApplication;
-  let url: string;
+describe.each(DRIVERS)(
+  'GraphQL replays answer what the first caller got, $name',
+  ({ adapter, graphql }) => {
+    const schema = scratchSchema('gqlfid');
+    let dataSource: DataSource;
+    let store: TypeOrmIdempotencyStore;
+    let app: INestApplication;
+    let url: string;
 
-  beforeAll(async () => {
-    dataSource = await openDataSource();
-    store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
-    ({ app, url } = await startHttpApp(adapter, {
-      imports: [IdempotencyModule.forRoot({ store }), graphql()],
-      providers: [PaymentsResolver, MoneyScalar],
-    }));
-  });
-  afterAll(async () => {
-    await app?.close();
-    await dropSchema(dataSource, schema);
-    await dataSource.destroy();
-  });
-  beforeEach(() => runs.clear());
+    beforeAll(async () => {
+      dataSource = await openDataSource();
+      store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
+      ({ app, url } = await startHttpApp(adapter, {
+        imports: [IdempotencyModule.forRoot({ store }), graphql()],
+        providers: [PaymentsResolver, MoneyScalar],
+      }));
+    });
+    afterAll(async () => {
+      await app?.close();
+      await dropSchema(dataSource, schema);
+      await dataSource.destroy();
+    });
+    beforeEach(() => runs.clear());
 
-  it.each([
-    ['a union member with a getter, a DateTime and a custom scalar', false, 'Paid'],
-    ['the other union member', true, 'Declined'],
-  ])('replays %s as the same member type, field for field', async (_name, decline, typename) => {
-    const key = randomUUID();
-    const first = await mutate(url, PAY(decline), key);
-    const second = await mutate(url, PAY(decline), key);
-    expect(first.errors).toBeUndefined();
-    expect((first.data as { pay: { __typename: string } }).pay.__typename).toBe(typename);
-    expect(second).toEqual({ ...first, replayed: 'true' });
-    expect(runs.get('pay')).toBe(1);
-  });
-
-  it('replays an interface result as the implementing type the first caller got', async () => {
-    const query = (bank: boolean) =>
-      `mutation { charge(bank: ${bank}) { __typename id ... on CardCharge { last4 } ... on BankCharge { iban } } }`;
-    for (const bank of [false, true]) {
+    it.each([
+      ['a union member with a getter, a DateTime and a custom scalar', false, 'Paid'],
+      ['the other union member', true, 'Declined'],
+    ])('replays %s as the same member type, field for field', async (_name, decline, typename) => {
       const key = randomUUID();
-      const first = await mutate(url, query(bank), key);
-      const second = await mutate(url, query(bank), key);
+      const first = await mutate(url, PAY(decline), key);
+      const second = await mutate(url, PAY(decline), key);
       expect(first.errors).toBeUndefined();
+      expect((first.data as { pay: { __typename: string } }).pay.__typename).toBe(typename);
       expect(second).toEqual({ ...first, replayed: 'true' });
-    }
-    expect(runs.get('charge')).toBe(2);
-  });
+      expect(runs.get('pay')).toBe(1);
+    });
 
-  it('replays a field error inside the result as the same field error', async () => {
-    const key = randomUUID();
-    const query = `mutation { payWithNote { ${PAID_FIELDS} } }`;
-    const first = await mutate(url, query, key);
-    const second = await mutate(url, query, key);
-    expect(first.errors?.[0]).toMatchObject({ path: ['payWithNote', 'note'] });
-    expect(second).toEqual({ ...first, replayed: 'true' });
-    expect(runs.get('payWithNote')).toBe(1);
-  });
+    it('replays an interface result as the implementing type the first caller got', async () => {
+      const query = (bank: boolean) =>
+        `mutation { charge(bank: ${bank}) { __typename id ... on CardCharge { last4 } ... on BankCharge { iban } } }`;
+      for (const bank of [false, true]) {
+        const key = randomUUID();
+        const first = await mutate(url, query(bank), key);
+        const second = await mutate(url, query(bank), key);
+        expect(first.errors).toBeUndefined();
+        expect(second).toEqual({ ...first, replayed: 'true' });
+      }
+      expect(runs.get('charge')).toBe(2);
+    });
 
-  it('answers a returned Error as a thrown one: nothing is recorded, and a retry runs again', async () => {
-    const key = randomUUID();
-    const first = await mutate(url, 'mutation { payOrFail { id } }', key);
-    expect(first.errors?.[0].message).toMatch(/^card declined /);
-    expect(await store.find({ scope: 'PaymentsResolver.payOrFail', key })).toBeNull();
-    const second = await mutate(url, 'mutation { payOrFail { id } }', key);
-    expect(second.replayed).toBeNull();
-    expect(second.errors?.[0].message).toMatch(/^card declined /);
-    expect(second.errors?.[0].message).not.toBe(first.errors?.[0].message);
-    expect(runs.get('payOrFail')).toBe(2);
-  });
-});
+    it('replays a field error inside the result as the same field error', async () => {
+      const key = randomUUID();
+      const query = `mutation { payWithNote { ${PAID_FIELDS} } }`;
+      const first = await mutate(url, query, key);
+      const second = await mutate(url, query, key);
+      expect(first.errors?.[0]).toMatchObject({ path: ['payWithNote', 'note'] });
+      expect(second).toEqual({ ...first, replayed: 'true' });
+      expect(runs.get('payWithNote')).toBe(1);
+    });
+
+    it('answers a returned Error as a thrown one: nothing is recorded, and a retry runs again', async () => {
+      const key = randomUUID();
+      const first = await mutate(url, 'mutation { payOrFail { id } }', key);
+      expect(first.errors?.[0].message).toMatch(/^card declined /);
+      expect(await store.find({ scope: 'PaymentsResolver.payOrFail', key })).toBeNull();
+      const second = await mutate(url, 'mutation { payOrFail { id } }', key);
+      expect(second.replayed).toBeNull();
+      expect(second.errors?.[0].message).toMatch(/^card declined /);
+      expect(second.errors?.[0].message).not.toBe(first.errors?.[0].message);
+      expect(runs.get('payOrFail')).toBe(2);
+    });
+  },
+);
