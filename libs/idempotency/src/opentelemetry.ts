@@ -4,5 +4,7 @@
  * application brings the SDK). In a Nest application, `telemetry: true` in
  * `IdempotencyModule.forRoot` does both.
  */
+// First: records that this build is loaded (see core/loaded-builds.ts).
+import './core/loaded-builds';
 export { instrumentIdempotencyEngine, TracingIdempotencyStore } from './telemetry/opentelemetry';
 export type { IdempotencyTelemetryOptions } from './telemetry/opentelemetry';
