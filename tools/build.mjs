@@ -3,7 +3,7 @@
 // says) and the ES-module build (dist/esm/), both from the same sources with
 // the same compiler and options, declarations and source maps (with the
 // sources inlined) included. `npm run build` and prepack run it;
-// `node tools/build.mjs --out-dir <dir>` builds into another folder.
+// `--out-dir <dir>` builds into another folder, `--clean` empties it first.
 //
 // The ES-module build differs in three ways. Relative imports are written as
 // Node's ES-module loader needs them (`./core` becomes `./core.js`, a
@@ -129,7 +129,8 @@ function fullySpecified(context) {
 
 const started = Date.now();
 const config = readConfig();
-fs.rmSync(DIST, { recursive: true, force: true });
+// Only when asked (prepack): a test may be running the CLI from dist/ meanwhile.
+if (process.argv.includes('--clean')) fs.rmSync(DIST, { recursive: true, force: true });
 
 // CommonJS: tsconfig.lib.json as it is (module node20; the package has no "type").
 emit(config.fileNames, { ...config.options, outDir: DIST });
@@ -147,7 +148,7 @@ emit(
 );
 const format = path.join(ESM, 'core/module-format.js');
 fs.copyFileSync(path.join(SRC, 'core/module-format.esm.js'), format);
-fs.rmSync(`${format}.map`);
+fs.rmSync(`${format}.map`, { force: true });
 fs.writeFileSync(path.join(ESM, 'package.json'), `${JSON.stringify({ type: 'module' })}\n`);
 
 process.stdout.write(

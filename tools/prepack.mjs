@@ -7,6 +7,6 @@ import path from 'node:path';
 import { stagePackageDocs } from './package-docs.mjs';
 
 stagePackageDocs();
-execFileSync(process.execPath, [path.join(import.meta.dirname, 'build.mjs')], {
+execFileSync(process.execPath, [path.join(import.meta.dirname, 'build.mjs'), '--clean'], {
   stdio: 'inherit',
 });
