@@ -151,6 +151,7 @@ fs.copyFileSync(path.join(SRC, 'core/module-format.esm.js'), format);
 fs.rmSync(`${format}.map`, { force: true });
 fs.writeFileSync(path.join(ESM, 'package.json'), `${JSON.stringify({ type: 'module' })}\n`);
 
-process.stdout.write(
+// On stderr: `npm pack --json` prints its JSON on stdout, after what prepack prints.
+process.stderr.write(
   `built ${path.relative(ROOT, DIST)} (CommonJS) and ${path.relative(ROOT, ESM)} (ES modules) in ${((Date.now() - started) / 1000).toFixed(1)} s\n`,
 );
