@@ -1,22 +1,12 @@
 // Runs before `npm pack` / `npm publish` of libs/idempotency: the package ships
-// the repository's README, LICENSE and CHANGELOG (copied in, git-ignored there)
-// and a fresh build of dist/.
+// the repository's README, LICENSE, CHANGELOG and docs/ (copied in, links to
+// what does not ship made absolute: tools/package-docs.mjs; git-ignored there)
+// and a fresh build of dist/ (tools/build.mjs: CommonJS and ES modules).
 import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
 import path from 'node:path';
+import { stagePackageDocs } from './package-docs.mjs';
 
-const ROOT = path.resolve(import.meta.dirname, '..');
-const PACKAGE = path.join(ROOT, 'libs/idempotency');
-for (const file of ['README.md', 'LICENSE', 'CHANGELOG.md']) {
-  fs.copyFileSync(path.join(ROOT, file), path.join(PACKAGE, file));
-}
-fs.rmSync(path.join(PACKAGE, 'dist'), { recursive: true, force: true });
-execFileSync(
-  process.execPath,
-  [
-    path.join(ROOT, 'node_modules/typescript/bin/tsc'),
-    '-p',
-    path.join(PACKAGE, 'tsconfig.lib.json'),
-  ],
-  { stdio: 'inherit' },
-);
+stagePackageDocs();
+execFileSync(process.execPath, [path.join(import.meta.dirname, 'build.mjs'), '--clean'], {
+  stdio: 'inherit',
+});

@@ -3,48 +3,47 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { brokenLinks, missingExportTargets, unresolvedSourceMaps } from '../support/package-checks';
 import { testDatabaseUrl } from '../support/postgres';
 
 /**
  * Consumer fixtures: small applications that install the library from the
  * tarball `npm pack` makes, with a plain `npm install` from the registry (no
  * --legacy-peer-deps, no --force), and run their own tests with their own
- * runner: Vitest in the Nest 12 ESM application, Jest in the Nest 11 CommonJS one.
+ * runners: in the Nest 12 ES-module application Vitest, then Jest in
+ * ES-module mode with ts-jest and with @swc/jest; in the Nest 11 CommonJS one
+ * Jest with ts-jest and with @swc/jest. One tarball for all; installs share
+ * npm's cache (--prefer-offline skips re-checking what it holds).
  */
 const run = promisify(execFile);
 const ROOT = path.resolve(__dirname, '../..');
 const FIXTURES = __dirname;
 let work: string;
+let unpacked: string;
+let shipped: string[];
 
 beforeAll(async () => {
   work = fs.mkdtempSync(path.join(os.tmpdir(), 'nest-idempotency-consumers-'));
   const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', work], {
     cwd: path.join(ROOT, 'libs/idempotency'),
+    maxBuffer: 64 * 1024 * 1024,
   });
   const [packed] = JSON.parse(stdout.slice(stdout.indexOf('['))) as Array<{
     filename: string;
     files: Array<{ path: string }>;
   }>;
   fs.renameSync(path.join(work, packed.filename), path.join(work, 'nest-idempotency.tgz'));
-  const shipped = packed.files.map((f) => f.path);
-  for (const file of [
-    'README.md',
-    'LICENSE',
-    'CHANGELOG.md',
-    'dist/index.js',
-    'dist/core.js',
-    'dist/typeorm.js',
-    'dist/testing.js',
-    'bin/nest-idempotency.js',
-  ]) {
-    expect(shipped).toContain(file);
-  }
-  expect(shipped.some((f) => f.endsWith('.spec.js'))).toBe(false);
-}, 120_000);
+  shipped = packed.files.map((f) => f.path);
+  unpacked = path.join(work, 'unpacked');
+  fs.mkdirSync(unpacked);
+  await run('tar', ['-xzf', path.join(work, 'nest-idempotency.tgz'), '-C', unpacked]);
+  unpacked = path.join(unpacked, 'package');
+}, 300_000);
 
-afterAll(() => {
-  if (work) fs.rmSync(work, { recursive: true, force: true });
-});
+afterAll(async () => {
+  // Four node_modules: removing them takes a while on a busy machine.
+  if (work) await fs.promises.rm(work, { recursive: true, force: true });
+}, 300_000);
 
 async function installAndTest(name: string): Promise<string> {
   const dir = path.join(work, name);
@@ -52,7 +51,7 @@ async function installAndTest(name: string): Promise<string> {
     recursive: true,
     filter: (source) => !source.includes('node_modules') && !source.endsWith('dist'),
   });
-  await run('npm', ['install', '--no-audit', '--no-fund'], {
+  await run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], {
     cwd: dir,
     maxBuffer: 64 * 1024 * 1024,
   });
@@ -71,6 +70,38 @@ async function installAndTest(name: string): Promise<string> {
   return `${stdout}\n${stderr}`;
 }
 
+describe('the packed tarball', () => {
+  it('holds both builds, their entry points, the documents and the CLI, and no tests', () => {
+    for (const entry of ['index', 'core', 'typeorm', 'testing', 'opentelemetry', 'redis']) {
+      for (const file of [`dist/${entry}.js`, `dist/esm/${entry}.js`, `require/${entry}.js`]) {
+        expect(shipped).toContain(file);
+      }
+    }
+    for (const file of [
+      'README.md',
+      'LICENSE',
+      'CHANGELOG.md',
+      'docs/http.md',
+      'bin/nest-idempotency.js',
+    ]) {
+      expect(shipped).toContain(file);
+    }
+    expect(shipped.some((f) => f.endsWith('.spec.js'))).toBe(false);
+  });
+
+  it('every target of package.json exists in it', () => {
+    expect(missingExportTargets(unpacked)).toEqual([]);
+  });
+
+  it('its links lead to files in it, or into the repository', () => {
+    expect(brokenLinks(unpacked)).toEqual([]);
+  });
+
+  it('its source maps resolve: their sources are inlined', () => {
+    expect(unresolvedSourceMaps(unpacked)).toEqual([]);
+  });
+});
+
 describe('consumer applications install the packed library with a plain npm install', () => {
   it('engine only: nest-idempotency/core in plain Node, with no Nest installed', async () => {
     expect(await installAndTest('engine-only')).toContain('consumer-engine-only: ok');
@@ -80,17 +111,18 @@ describe('consumer applications install the packed library with a plain npm inst
     expect(await installAndTest('nest12-memory')).toContain('consumer-nest12-memory: ok');
   }, 300_000);
 
-  it('Nest 12 ESM with @nestjs/typeorm 12 and TypeORM 1 (Vitest, the kit without globals)', async () => {
+  it('Nest 12 ESM with @nestjs/typeorm 12, TypeORM 1 and a TCP handler: Vitest (the kit without globals), then Jest in ES-module mode with ts-jest and with @swc/jest (the kit with globals)', async () => {
     const output = await installAndTest('nest12-esm');
     expect(output).toMatch(/Test Files\s+2 passed/);
-  }, 600_000);
+    expect(output.match(/Test Suites: 2 passed, 2 total/g)).toHaveLength(2);
+  }, 900_000);
 
   it.runIf(process.env.IDEMPOTENCY_TEST_RABBITMQ === 'available')(
-    'Nest 11 CommonJS with a RabbitMQ handler and TypeORM 0.3 (Jest, the kit with globals)',
+    'Nest 11 CommonJS with a RabbitMQ handler and TypeORM 0.3: Jest with ts-jest and with @swc/jest (the kit with globals)',
     async () => {
       const output = await installAndTest('nest11-cjs');
-      expect(output).toMatch(/Test Suites: 2 passed, 2 total/);
+      expect(output.match(/Test Suites: 2 passed, 2 total/g)).toHaveLength(2);
     },
-    600_000,
+    900_000,
   );
 });

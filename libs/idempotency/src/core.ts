@@ -3,6 +3,8 @@
  * and what a store author needs to implement it, the typed errors, and the
  * in-memory store. Loads nothing from Nest, TypeORM or a database driver.
  */
+// First: records that this build is loaded (see core/loaded-builds.ts).
+import './core/loaded-builds';
 export * from './core/index';
 export * from './stores/memory/in-memory.store';
 export * from './stores/cache/replay-cache.store';

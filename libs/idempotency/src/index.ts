@@ -5,5 +5,7 @@
  * application has message handlers. The PostgreSQL store is
  * `nest-idempotency/typeorm`.
  */
+// First: records that this build is loaded (see core/loaded-builds.ts).
+import './core/loaded-builds';
 export * from './core';
 export * from './nest/index';

@@ -4,6 +4,8 @@
  * application brings the SDK). In a Nest application, `telemetry: true` in
  * `IdempotencyModule.forRoot` does both.
  */
+// First: records that this build is loaded (see core/loaded-builds.ts).
+import './core/loaded-builds';
 export {
   IDEMPOTENCY_DURATION_BUCKETS_SECONDS,
   instrumentIdempotencyEngine,

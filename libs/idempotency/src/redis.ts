@@ -3,6 +3,8 @@
  * the application's node-redis client (the `redis` package, an optional
  * peer). Nothing else in the library loads this file.
  */
+// First: records that this build is loaded (see core/loaded-builds.ts).
+import './core/loaded-builds';
 export { RedisIdempotencyStore } from './stores/redis/redis.store';
 export type {
   RedisIdempotencyStoreOptions,

@@ -3,6 +3,8 @@
  * its migrations. Needs `typeorm`, and `pg` for PostgreSQL or `mysql2` for
  * MySQL and MariaDB.
  */
+// First: records that this build is loaded (see core/loaded-builds.ts).
+import './core/loaded-builds';
 export { TypeOrmIdempotencyStore } from './stores/typeorm/typeorm.store';
 export type { TypeOrmIdempotencyStoreOptions } from './stores/typeorm/typeorm.store';
 export {

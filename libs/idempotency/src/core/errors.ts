@@ -1,3 +1,4 @@
+import { brandErrorClass, isBrandedInstance } from './error-brand';
 import type { AmbiguityReason } from './store';
 
 /**
@@ -8,6 +9,11 @@ export class IdempotencyError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = new.target.name;
+  }
+
+  /** True for this class's errors from either build of the package (see error-brand.ts). */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return isBrandedInstance(this, value);
   }
 }
 
@@ -85,9 +91,7 @@ export class IdempotencyInFlightException extends IdempotencyError {
   }
 
   static override [Symbol.hasInstance](value: unknown): boolean {
-    if (this !== IdempotencyInFlightException) {
-      return Function.prototype[Symbol.hasInstance].call(this, value);
-    }
+    if (this !== IdempotencyInFlightException) return isBrandedInstance(this, value);
     return typeof value === 'object' && value !== null && IN_FLIGHT_BRAND in value;
   }
 
@@ -126,9 +130,7 @@ export class IdempotencyOutcomeUnknownException extends IdempotencyError {
   }
 
   static override [Symbol.hasInstance](value: unknown): boolean {
-    if (this !== IdempotencyOutcomeUnknownException) {
-      return Function.prototype[Symbol.hasInstance].call(this, value);
-    }
+    if (this !== IdempotencyOutcomeUnknownException) return isBrandedInstance(this, value);
     return typeof value === 'object' && value !== null && OUTCOME_UNKNOWN_BRAND in value;
   }
 
@@ -156,6 +158,11 @@ export class IdempotencyNotExecutedError extends Error {
     this.name = new.target.name;
   }
 
+  /** True for this class's errors from either build of the package (see error-brand.ts). */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return isBrandedInstance(this, value);
+  }
+
   /** True when `error`, or an error in its `cause` chain, is an `IdempotencyNotExecutedError`. */
   static isIn(error: unknown): boolean {
     for (let e = error, depth = 0; e instanceof Error && depth < 10; depth++) {
@@ -164,4 +171,22 @@ export class IdempotencyNotExecutedError extends Error {
     }
     return false;
   }
+}
+
+// `instanceof` across the package's two builds, should a process load both.
+for (const [errorClass, name] of [
+  [IdempotencyError, 'IdempotencyError'],
+  [IdempotencyConfigError, 'IdempotencyConfigError'],
+  [IdempotencyKeyError, 'IdempotencyKeyError'],
+  [IdempotencyPayloadError, 'IdempotencyPayloadError'],
+  [IdempotencyLeaseLostError, 'IdempotencyLeaseLostError'],
+  [IdempotencyStoreUnavailableError, 'IdempotencyStoreUnavailableError'],
+  [IdempotencyStoreSchemaError, 'IdempotencyStoreSchemaError'],
+  [IdempotencyCompletionError, 'IdempotencyCompletionError'],
+  [IdempotencyFingerprintMismatchException, 'IdempotencyFingerprintMismatchException'],
+  [IdempotencyInFlightException, 'IdempotencyInFlightException'],
+  [IdempotencyOutcomeUnknownException, 'IdempotencyOutcomeUnknownException'],
+  [IdempotencyNotExecutedError, 'IdempotencyNotExecutedError'],
+] as const) {
+  brandErrorClass(errorClass, name);
 }

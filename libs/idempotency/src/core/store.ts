@@ -237,5 +237,8 @@ export const DEFAULT_MAX_WAITERS = 10_000;
 /** Default rows deleted by one `purgeExpired` batch. */
 export const DEFAULT_PURGE_BATCH = 1000;
 
-/** Injection token for the store (same name as the interface, as `@nestjs/throttler` does). */
-export const IdempotencyStore = Symbol('IdempotencyStore');
+/**
+ * Injection token for the store (same name as the interface, as `@nestjs/throttler` does).
+ * A global symbol: the same in both builds of the package.
+ */
+export const IdempotencyStore = Symbol.for('nest-idempotency.IdempotencyStore');

@@ -16,6 +16,7 @@ import { keySourceText } from './doors/door';
 import { requireGraphql } from './graphql/graphql-errors';
 import { ScopeClaim, settleSharedScopes } from './shared-scopes';
 import { preserveKafkaBytes } from './rpc/kafka-bytes';
+import { loadMicroservices } from './rpc/microservices';
 
 type ClassRef = { name: string; prototype: object };
 
@@ -35,6 +36,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   /** Per controller class, then per handler function: one function may serve several controllers. */
   private readonly plans = new Map<object, Map<object, HandlerPlan>>();
   private hasMessageHandlers = false;
+  private hasGraphqlMutations = false;
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -64,8 +66,12 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     settleSharedScopes(claims);
     for (const claim of claims) this.warnSharedKey(claim.plan);
     // Message handlers: @nestjs/microservices is loaded now (a missing package fails the
-    // bootstrap), and Kafka keys keep their bytes.
-    if (this.hasMessageHandlers) preserveKafkaBytes();
+    // bootstrap), and Kafka keys keep their bytes. Mutations: graphql, the same way.
+    if (this.hasMessageHandlers) {
+      await loadMicroservices();
+      preserveKafkaBytes();
+    }
+    if (this.hasGraphqlMutations) await requireGraphql();
     await this.settings.store.init?.();
   }
 
@@ -133,7 +139,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       const options = mergeOptions(onClass, onMethod);
       if (!options) continue;
       const plan = compileHandlerPlan(classRef, methodName, 'graphql', options, this.settings);
-      requireGraphql();
+      this.hasGraphqlMutations = true;
       let plans = this.plans.get(classRef);
       if (!plans) this.plans.set(classRef, (plans = new Map()));
       plans.set(handler, plan);

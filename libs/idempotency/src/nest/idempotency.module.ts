@@ -16,7 +16,7 @@ import {
 import { IdempotencyModuleOptions } from './idempotency.options';
 import { compileModuleSettings, ModuleSettings } from './module-settings';
 import { MODULE_SETTINGS } from './module-settings.provider';
-import { IdempotencyOpenApiDocumenter } from './openapi/openapi-documenter';
+import { IdempotencyOpenApiDocumenter, openApiSwaggerProvider } from './openapi/openapi-documenter';
 import { IdempotencyTransaction } from './transaction/idempotency-transaction';
 import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
 
@@ -93,6 +93,7 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
     IdempotencyTransactionRunner,
     IdempotencyTransaction,
     IdempotencyExplorer,
+    openApiSwaggerProvider,
     IdempotencyOpenApiDocumenter,
     IdempotencyPurgeScheduler,
   ],

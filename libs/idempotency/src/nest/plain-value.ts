@@ -1,3 +1,5 @@
+import { optionalPeer } from '../core/optional-peer';
+
 let classTransformer: { instanceToPlain(value: unknown): unknown } | null | undefined;
 
 function isClassInstance(value: unknown): boolean {
@@ -16,10 +18,10 @@ export function toPlain(value: unknown): unknown {
   if (!classes) return value;
   if (classTransformer === undefined) {
     try {
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      classTransformer = require('class-transformer') as {
-        instanceToPlain(value: unknown): unknown;
-      };
+      // A CommonJS package: `require` loads it in every runtime, when first needed.
+      classTransformer = optionalPeer<{ instanceToPlain(value: unknown): unknown }>(
+        'class-transformer',
+      );
     } catch {
       classTransformer = null;
     }

@@ -3,6 +3,7 @@ import { IdempotencyConfigError } from '../core/errors';
 import type { IdempotencyEngine } from '../core/engine';
 import type { IdempotencyEvent } from '../core/events';
 import { scopeOfStored, storedKeyDigest } from '../core/key';
+import { optionalPeer } from '../core/optional-peer';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -66,12 +67,14 @@ function durationHistogram(description: string) {
 type Api = typeof import('@opentelemetry/api');
 let loaded: Api | undefined;
 
-/** `@opentelemetry/api`, loaded when telemetry is first asked for: it is an optional peer. */
+/**
+ * `@opentelemetry/api`, loaded when telemetry is first asked for: it is an
+ * optional peer. CommonJS in Node, so `require` loads it in every runtime.
+ */
 function otel(): Api {
   if (!loaded) {
     try {
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      loaded = require('@opentelemetry/api') as Api;
+      loaded = optionalPeer<Api>('@opentelemetry/api');
     } catch (error) {
       throw new IdempotencyConfigError(
         `telemetry needs @opentelemetry/api, which could not be loaded: ${(error as Error).message}`,

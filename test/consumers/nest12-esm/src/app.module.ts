@@ -4,6 +4,7 @@ import { IdempotencyModule } from 'nest-idempotency';
 import { createIdempotencyMigrations, TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { PaymentsController } from './payments.controller.js';
+import { PaymentsMessages } from './payments.messages.js';
 
 @Module({
   imports: [
@@ -20,6 +21,6 @@ import { PaymentsController } from './payments.controller.js';
       useFactory: (dataSource: DataSource) => ({ store: new TypeOrmIdempotencyStore(dataSource) }),
     }),
   ],
-  controllers: [PaymentsController],
+  controllers: [PaymentsController, PaymentsMessages],
 })
 export class AppModule {}

@@ -1,15 +1,15 @@
 import { IdempotencyConfigError } from '../../core/errors';
+import { optionalPeer, preloadOptionalPeer } from '../../core/optional-peer';
 
 type GraphQL = typeof import('graphql');
 
 let loaded: GraphQL | undefined;
 
-/** `graphql`, loaded when the first mutation needs it: only GraphQL applications install it. */
+/** `graphql`, loaded at bootstrap when the application has mutations: only GraphQL applications install it. */
 export function graphqlModule(): GraphQL {
   if (!loaded) {
     try {
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      loaded = require('graphql') as GraphQL;
+      loaded = optionalPeer<GraphQL>('graphql');
     } catch (error) {
       throw new IdempotencyConfigError(
         `@Idempotent GraphQL mutations need the graphql package, which could not be loaded: ${(error as Error).message}`,
@@ -58,7 +58,8 @@ export function isGraphqlRefusal(error: unknown): boolean {
   return loaded !== undefined && error instanceof loaded.GraphQLError;
 }
 
-/** Fails the bootstrap when the package is missing, rather than the first mutation. */
-export function requireGraphql(): void {
+/** Loads `graphql` at bootstrap (with `import()` where `require` cannot), failing it when the package is missing, rather than the first mutation. */
+export async function requireGraphql(): Promise<void> {
+  await preloadOptionalPeer('graphql');
   graphqlModule();
 }

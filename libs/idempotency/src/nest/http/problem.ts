@@ -1,5 +1,6 @@
 import { ArgumentsHost, Catch, ExceptionFilter, HttpException } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { brandErrorClass, isBrandedInstance } from '../../core/error-brand';
 
 /** An RFC 9457 problem document. */
 export interface ProblemDetails {
@@ -27,7 +28,13 @@ export class IdempotencyHttpException extends HttpException {
   ) {
     super(problem, problem.status);
   }
+
+  /** True for this class's errors from either build of the package (see core/error-brand.ts). */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return isBrandedInstance(this, value);
+  }
 }
+brandErrorClass(IdempotencyHttpException, 'IdempotencyHttpException');
 
 const TITLES: Record<number, string> = {
   400: 'Bad Request',

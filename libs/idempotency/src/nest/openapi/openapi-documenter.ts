@@ -1,5 +1,6 @@
-import { Inject, Injectable, RequestMethod } from '@nestjs/common';
+import { FactoryProvider, Inject, Injectable, RequestMethod } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { optionalPeer, preloadOptionalPeer } from '../../core/optional-peer';
 import { compileHandlerPlan, HandlerPlan, mergeOptions, transportOf } from '../handler-plan';
 import { IdempotentMetadata } from '../idempotent.metadata';
 import type { ModuleSettings } from '../module-settings';
@@ -8,20 +9,30 @@ import { NEST_METADATA } from '../nest-metadata';
 
 type Swagger = typeof import('@nestjs/swagger');
 
-let swagger: Swagger | null | undefined;
+/** Injection token of `@nestjs/swagger` as the documenter uses it. */
+const OPENAPI_SWAGGER = Symbol.for('nest-idempotency.openapi-swagger');
 
-/** `@nestjs/swagger` when the application has it installed, else null (never an error). */
-function loadSwagger(): Swagger | null {
-  if (swagger === undefined) {
+/**
+ * `@nestjs/swagger` when the application has it installed and `openapi` is
+ * on, else null (never an error). Loaded by an async provider, while the
+ * application is created: Nest 12's is an ES module, which only `import()`
+ * loads under Jest's ES-module runtime, and the documenter needs it before
+ * `SwaggerModule.createDocument`. Wrapped in an object: explorers of other
+ * packages (`@nestjs/graphql`'s) read every provider's value as an object.
+ */
+export const openApiSwaggerProvider: FactoryProvider<Promise<{ api: Swagger | null }>> = {
+  provide: OPENAPI_SWAGGER,
+  inject: [MODULE_SETTINGS],
+  useFactory: async (settings: ModuleSettings) => {
+    if (!settings.openapi) return { api: null };
+    await preloadOptionalPeer('@nestjs/swagger');
     try {
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      swagger = require('@nestjs/swagger') as Swagger;
+      return { api: optionalPeer<Swagger>('@nestjs/swagger') };
     } catch {
-      swagger = null;
+      return { api: null };
     }
-  }
-  return swagger;
-}
+  },
+};
 
 /** Handlers already documented, so a second application in the same process adds nothing twice. */
 const documented = new WeakSet<object>();
@@ -72,9 +83,8 @@ export class IdempotencyOpenApiDocumenter {
     scanner: MetadataScanner,
     reflector: Reflector,
     @Inject(MODULE_SETTINGS) settings: ModuleSettings,
+    @Inject(OPENAPI_SWAGGER) { api }: { api: Swagger | null },
   ) {
-    if (!settings.openapi) return;
-    const api = loadSwagger();
     if (!api) return;
     for (const wrapper of discovery.getControllers()) {
       if (typeof wrapper.metatype !== 'function') continue;

@@ -1,6 +1,7 @@
 import { Injectable, OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { IdempotencyConfigError } from '../../core/errors';
+import { optionalPeer, preloadOptionalPeer } from '../../core/optional-peer';
 import type { IdempotencyStore, TransactionRunner } from '../../core/store';
 import { withCurrentTransaction } from './idempotency-transaction';
 
@@ -22,7 +23,8 @@ export class IdempotencyTransactionRunner implements OnModuleInit {
 
   constructor(private readonly moduleRef: ModuleRef) {}
 
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
+    await preloadOptionalPeer('@nestjs-cls/transactional');
     this.host = this.findClsHost();
   }
 
@@ -49,8 +51,7 @@ export class IdempotencyTransactionRunner implements OnModuleInit {
   private findClsHost(): ClsTransactionHost | undefined {
     let transactional: { TransactionHost: abstract new (...args: never[]) => unknown };
     try {
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      transactional = require('@nestjs-cls/transactional') as typeof transactional;
+      transactional = optionalPeer<typeof transactional>('@nestjs-cls/transactional');
     } catch {
       return undefined; // not installed: the store's own transaction
     }

@@ -1,6 +1,7 @@
 import { errorText } from '../../core/error-text';
 import { IdempotencyConfigError, IdempotencyStoreUnavailableError } from '../../core/errors';
 import type { IdempotencyLogger } from '../../core/logger';
+import { optionalPeer } from '../../core/optional-peer';
 import type { RedisIdempotencyClient } from './client';
 
 /**
@@ -156,10 +157,10 @@ export function createOwnedConnection(
   };
 }
 
+/** node-redis is CommonJS, so `require` loads it in every runtime, when `fromUrl` is called. */
 function loadRedis(where: string): RedisPackage {
   try {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
-    return require('redis') as RedisPackage;
+    return optionalPeer<RedisPackage>('redis');
   } catch (error) {
     throw new IdempotencyConfigError(
       `${where} needs the redis package (node-redis 5 or 6: npm install redis), which could not be loaded: ${errorText(error)}`,
