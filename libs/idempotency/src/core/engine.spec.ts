@@ -213,6 +213,36 @@ describe('IdempotencyEngine', () => {
     });
   });
 
+  describe('retry advice', () => {
+    it("advises a duplicate in flight to come back after the scope's typical action time, not the whole lease", async () => {
+      const { engine } = setup();
+      for (let i = 0; i < 3; i++) {
+        await engine.execute(request({ key: `earlier-${i}` }), async () => {
+          await delay(20);
+          return i;
+        });
+      }
+      const started = deferred();
+      const finish = deferred();
+      const held = engine.execute(request({ lease: '60s' }), async () => {
+        started.resolve();
+        await finish.promise;
+        return 'done';
+      });
+      await started.promise;
+
+      const error = await rejection(engine.execute(request({ lease: '60s' }), vi.fn()));
+
+      expect(error).toBeInstanceOf(IdempotencyInFlightException);
+      const { retryAfterMs } = error as IdempotencyInFlightException;
+      // About 20 ms per action, raised to the 100 ms floor; the lease left is close to 60 s.
+      expect(retryAfterMs).toBeGreaterThanOrEqual(100);
+      expect(retryAfterMs).toBeLessThan(1000);
+      finish.resolve();
+      await held;
+    });
+  });
+
   describe('heartbeat', () => {
     it('keeps the key through an action running 3.5 times its lease', async () => {
       const store = new InMemoryIdempotencyStore();

@@ -1,4 +1,5 @@
 import { IdempotencyConfigError, IdempotencyError } from './errors';
+import { ScopeDurations } from './durations';
 import type { IdempotencyEvent, IdempotencyEventListener } from './events';
 import { describeError } from './error-text';
 import {
@@ -60,6 +61,7 @@ export class IdempotencyEngine {
       store,
       logger: options.logger ?? consoleLogger,
       retry: { ...DEFAULT_RETRY, ...options.completionRetry },
+      durations: new ScopeDurations(),
       // Events are built only when someone listens: the hot path allocates nothing for them.
       emit: (event) => {
         if (this.listeners.size > 0) this.dispatch(event());

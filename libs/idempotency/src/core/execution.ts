@@ -154,12 +154,7 @@ export class Execution {
       });
       this.finish();
       transactional.afterCommit?.(this.lease);
-      this.context.emit(() => ({
-        type: 'completed',
-        scope: this.scope,
-        keyDigest: this.keyDigest,
-        actionMs: performance.now() - this.startedAt,
-      }));
+      this.completed();
       return value;
     } catch (error) {
       this.settled = true;
@@ -289,6 +284,18 @@ export class Execution {
     this.settled = true;
   }
 
+  /** The record is COMPLETE: the scope's action times learn this one, and listeners hear of it. */
+  private completed(): void {
+    const actionMs = performance.now() - this.startedAt;
+    this.context.durations.record(this.scope, actionMs);
+    this.context.emit(() => ({
+      type: 'completed',
+      scope: this.scope,
+      keyDigest: this.keyDigest,
+      actionMs,
+    }));
+  }
+
   private finish(): void {
     this.finished = true;
     clearInterval(this.timer);
@@ -327,12 +334,7 @@ export class Execution {
     for (let attempt = 1; ; attempt++) {
       try {
         await store.complete(this.lease, payload);
-        emit(() => ({
-          type: 'completed',
-          scope: this.scope,
-          keyDigest: this.keyDigest,
-          actionMs: performance.now() - this.startedAt,
-        }));
+        this.completed();
         return 'stored';
       } catch (error) {
         if (error instanceof IdempotencyLeaseLostError) {

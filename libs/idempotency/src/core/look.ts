@@ -118,12 +118,14 @@ export async function begin(
       return { kind: 'acquired', execution };
     }
     case 'in-flight': {
-      const error = new IdempotencyInFlightException(result.retryAfterMs, policy.scope, digest());
+      // The store knows the lease left; this process knows how long the scope's actions take.
+      const retryAfterMs = runtime.durations.retryAfterMs(policy.scope, result.retryAfterMs);
+      const error = new IdempotencyInFlightException(retryAfterMs, policy.scope, digest());
       emit(() => ({
         type: 'in-flight',
         scope: policy.scope,
         keyDigest: error.keyDigest,
-        retryAfterMs: result.retryAfterMs,
+        retryAfterMs,
         acquireMs: performance.now() - startedAt,
       }));
       throw error;

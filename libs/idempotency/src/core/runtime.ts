@@ -1,3 +1,4 @@
+import type { ScopeDurations } from './durations';
 import type { IdempotencyEvent } from './events';
 import type { IdempotencyLogger } from './logger';
 import type { IdempotencyStore } from './store';
@@ -20,4 +21,6 @@ export interface EngineRuntime {
   retry: CompletionRetryOptions;
   /** Events are built only when someone listens: the hot path allocates nothing for them. */
   emit: (event: () => IdempotencyEvent) => void;
+  /** Recent action times per scope, for the retry advice given to a duplicate in flight. */
+  durations: ScopeDurations;
 }
