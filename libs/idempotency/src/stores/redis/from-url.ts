@@ -103,8 +103,11 @@ export function createOwnedConnection(
   // While connecting, the error is kept for init()'s message instead.
   let quiet = true;
   let lastError: unknown;
+  // While init() connects: called with an error no retry can mend (nobody listens there).
+  let refused: ((error: unknown) => void) | undefined;
   client.on('error', (error: unknown) => {
     lastError = error;
+    if (refused && isRefusal(error)) refused(error);
     if (quiet) return;
     quiet = true;
     logger.warn(`${target}: ${redact(errorText(error))} (the client reconnects by itself)`);
@@ -123,11 +126,23 @@ export function createOwnedConnection(
         timer = setTimeout(() => resolve('timeout'), connectTimeoutMs);
       });
       lastError = undefined;
+      // A refused connection or an unknown host fails init() at once, not after connectTimeoutMs.
+      const refusal = new Promise<'refused'>((resolve) => {
+        refused = () => resolve('refused');
+      });
       const connecting = client.connect().then(() => 'connected' as const);
       // Dropped after the timeout, it rejects later: nobody awaits it then.
       connecting.catch(() => undefined);
       try {
-        const outcome = await Promise.race([connecting, timeout]);
+        const outcome = await Promise.race([connecting, timeout, refusal]);
+        if (outcome === 'refused') {
+          client.destroy();
+          throw new IdempotencyStoreUnavailableError(
+            `cannot connect to ${target}: ${redact(errorText(lastError))} (is Redis running there, and is the address right?)`,
+            1000,
+            { cause: lastError },
+          );
+        }
         if (outcome === 'timeout') {
           // Stop the client retrying in the background.
           client.destroy();
@@ -145,6 +160,7 @@ export function createOwnedConnection(
           { cause: error },
         );
       } finally {
+        refused = undefined;
         clearTimeout(timer);
       }
     },
@@ -155,6 +171,14 @@ export function createOwnedConnection(
       else client.destroy();
     },
   };
+}
+
+/** Connection errors that mean nothing listens at the address, or the address does not exist. */
+const REFUSALS = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_NONAME']);
+
+function isRefusal(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && REFUSALS.has(code);
 }
 
 /** node-redis is CommonJS, so `require` loads it in every runtime, when `fromUrl` is called. */
