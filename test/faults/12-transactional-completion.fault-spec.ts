@@ -191,7 +191,13 @@ describe("fault 12: SIGKILL around the handler's insert, completion 'transaction
       } catch (error) {
         // The surviving app is never killed: a connection error is retried, a dead app is not.
         retries.set('network', (retries.get('network') ?? 0) + 1);
-        if (!survivor.alive || Date.now() > deadline) throw error;
+        if (!survivor.alive || Date.now() > deadline) {
+          const tail = survivor.output().split('\n').slice(-40).join('\n');
+          throw new Error(
+            `key ${plan.mode} #${plan.index} (killed at ${plan.points.join(', ')}), try ${tries}: ${(error as Error).message}; the surviving app's last lines:\n${tail}`,
+            { cause: error },
+          );
+        }
         await delay(100);
         continue;
       }

@@ -143,6 +143,10 @@ export class Execution {
         const { value, payload } = await work(tx);
         stage = 'complete';
         this.settle(); // from here a refused heartbeat may be our own completion
+        // The completion's write locks the record until the commit: a heartbeat would
+        // only wait behind our own lock, holding a pooled connection while it waits
+        // (a slow commit then drains the pool). Nobody can take the record meanwhile.
+        clearInterval(this.timer);
         if ((await transactional.completeIn(tx, this.lease, payload)) === 'lease-lost') {
           lost = true;
           throw new IdempotencyLeaseLostError(
