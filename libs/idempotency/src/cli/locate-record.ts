@@ -6,7 +6,7 @@ import { CliError, ExitCode } from './exit-codes';
 import { thousands } from './format';
 import { recordJson, renderRecords } from './list';
 import type { Progress } from './progress';
-import { RecordReference } from './record-reference';
+import { digestNames, inScope, RecordReference } from './record-reference';
 
 /**
  * Which record a reference names: exactly one (`one`; for a raw key, whether
@@ -16,11 +16,6 @@ import { RecordReference } from './record-reference';
  */
 export type Located =
   { kind: 'one'; id: RecordId } | { kind: 'none' } | { kind: 'several'; ids: RecordId[] };
-
-/** True when the record's digest, as logs print it, ends in `#<hex>`. */
-export function digestNames(id: RecordId, hex: string): boolean {
-  return storedKeyDigest(id.scope, id.key).slice(-hex.length - 2) === `/#${hex}`;
-}
 
 /**
  * Finds the record a reference names. A digest is looked for in every record
@@ -51,13 +46,6 @@ export async function locateRecord(
   if (ids.length === 0) return { kind: 'none' };
   if (ids.length === 1) return { kind: 'one', id: ids[0] };
   return { kind: 'several', ids };
-}
-
-/** The stored scope is `scope`, or, for a scope without a tenant, one of its tenants'. */
-function inScope(id: RecordId, scope: string): boolean {
-  return (
-    id.scope === scope || (scopeOfStored(scope) === scope && scopeOfStored(id.scope) === scope)
-  );
 }
 
 function unique(ids: RecordId[]): RecordId[] {

@@ -1,3 +1,5 @@
+import { scopeOfStored, storedKeyDigest } from '../core/key';
+import type { RecordId } from '../core/store';
 import { CliError, ExitCode } from './exit-codes';
 
 /**
@@ -66,3 +68,15 @@ A record is named by its scope and raw key, or by the digest logs print:
 A digest is searched for among every record of the scope, its tenants' included (with
 <scope>#tenant:<tenant>, that tenant's only); one that matches several records does nothing
 and exits 7.`;
+
+/** True when the record's digest, as logs print it, ends in `#<hex>`. */
+export function digestNames(id: RecordId, hex: string): boolean {
+  return storedKeyDigest(id.scope, id.key).slice(-hex.length - 2) === `/#${hex}`;
+}
+
+/** The stored scope is `scope`, or, for a scope without a tenant, one of its tenants'. */
+export function inScope(id: RecordId, scope: string): boolean {
+  return (
+    id.scope === scope || (scopeOfStored(scope) === scope && scopeOfStored(id.scope) === scope)
+  );
+}

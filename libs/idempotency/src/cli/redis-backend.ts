@@ -12,7 +12,7 @@ import {
   RedisConnection,
   StoreHandle,
   VerifyRun,
-} from './connection';
+} from './backend';
 import { CliError, ExitCode } from './exit-codes';
 import { median, roundMs } from './format';
 import { findByDigestOnRedis } from './redis-digest-search';

@@ -1,7 +1,7 @@
 import type { RecordId } from '../core/store';
 import type { RedisCommands } from '../stores/redis/client';
 import type { RedisIdempotencyStore } from '../stores/redis/redis.store';
-import { digestNames } from './locate-record';
+import { digestNames } from './record-reference';
 import { tenantsOf } from './sql-digest-search';
 
 /**

@@ -22,10 +22,10 @@ import {
   sqlState,
   StoreHandle,
   VerifyRun,
-} from './connection';
+} from './backend';
 import { CliError, ExitCode } from './exit-codes';
 import { median, roundMs } from './format';
-import { missingTableMessage } from './schema-sql';
+import { missingTableMessage } from './missing-table';
 import { mysqlDigestSearch, postgresDigestSearch } from './sql-digest-search';
 
 /**

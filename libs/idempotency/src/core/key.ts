@@ -6,7 +6,7 @@ import { IdempotencyKeyError } from './errors';
  * most `maxLength` characters (code points), without control characters.
  * Stored as UTF-8. A key sent in an HTTP header is further limited to
  * printable ASCII, as the IETF draft's structured-field string is (see
- * nest/http/key-header.ts); keys from bodies and messages may be any Unicode.
+ * nest/doors/http/key-header.ts); keys from bodies and messages may be any Unicode.
  */
 export const DEFAULT_MAX_KEY_LENGTH = 255;
 

@@ -7,9 +7,9 @@ import {
 } from '@nestjs/common';
 import { EventEmitter } from 'node:events';
 import { IdempotencyEngine } from '../core/engine';
-import { DEFAULT_PURGE } from './idempotency.options';
-import type { ModuleSettings } from './module-settings';
-import { MODULE_SETTINGS } from './module-settings.provider';
+import { DEFAULT_PURGE } from './config/idempotency.options';
+import type { ModuleSettings } from './config/module-settings';
+import { MODULE_SETTINGS } from './config/module-settings.provider';
 
 export interface PurgeRun {
   purged: number;

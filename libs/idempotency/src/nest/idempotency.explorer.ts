@@ -7,16 +7,16 @@ import {
   HandlerPlan,
   mergeOptions,
   transportOf,
-} from './handler-plan';
+} from './config/handler-plan';
 import { IdempotentMetadata } from './idempotent.metadata';
-import { MODULE_SETTINGS } from './module-settings.provider';
-import type { ModuleSettings } from './module-settings';
+import { MODULE_SETTINGS } from './config/module-settings.provider';
+import type { ModuleSettings } from './config/module-settings';
 import { NEST_METADATA } from './nest-metadata';
 import { keySourceText } from './doors/door';
-import { requireGraphql } from './graphql/graphql-errors';
-import { ScopeClaim, settleSharedScopes } from './shared-scopes';
-import { preserveKafkaBytes } from './rpc/kafka-bytes';
-import { loadMicroservices } from './rpc/microservices';
+import { requireGraphql } from './doors/graphql/graphql-errors';
+import { ScopeClaim, settleSharedScopes } from './config/shared-scopes';
+import { preserveKafkaBytes } from './doors/messages/kafka-bytes';
+import { loadMicroservices } from './doors/messages/microservices';
 
 type ClassRef = { name: string; prototype: object };
 

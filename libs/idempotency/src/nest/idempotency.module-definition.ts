@@ -1,6 +1,6 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
 import { IdempotencyConfigError } from '../core/errors';
-import { IdempotencyModuleOptions } from './idempotency.options';
+import { IdempotencyModuleOptions } from './config/idempotency.options';
 
 export const {
   ConfigurableModuleClass: ConfigurableIdempotencyModule,

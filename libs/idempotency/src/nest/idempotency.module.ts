@@ -13,9 +13,9 @@ import {
   ConfigurableIdempotencyModule,
   IDEMPOTENCY_MODULE_OPTIONS,
 } from './idempotency.module-definition';
-import { IdempotencyModuleOptions } from './idempotency.options';
-import { compileModuleSettings, ModuleSettings } from './module-settings';
-import { MODULE_SETTINGS } from './module-settings.provider';
+import { IdempotencyModuleOptions } from './config/idempotency.options';
+import { compileModuleSettings, ModuleSettings } from './config/module-settings';
+import { MODULE_SETTINGS } from './config/module-settings.provider';
 import { IdempotencyOpenApiDocumenter, openApiSwaggerProvider } from './openapi/openapi-documenter';
 import { IdempotencyTransaction } from './transaction/idempotency-transaction';
 import { IdempotencyTransactionRunner } from './transaction/transaction-runner';

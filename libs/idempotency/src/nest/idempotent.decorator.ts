@@ -1,6 +1,6 @@
 import { applyDecorators, UseInterceptors } from '@nestjs/common';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
-import type { IdempotentOptions } from './handler-options';
+import type { IdempotentOptions } from './config/handler-options';
 import { IdempotentMetadata } from './idempotent.metadata';
 import { MarkHandlerEntry } from './doors/handler-entry';
 
@@ -12,7 +12,7 @@ export type {
   IdempotentOptions,
   KeySource,
   RpcKeySource,
-} from './handler-options';
+} from './config/handler-options';
 
 /**
  * Runs the decorated handler (or every handler of the decorated class) once

@@ -1,5 +1,5 @@
 import { Reflector } from '@nestjs/core';
-import type { IdempotentOptions } from './handler-options';
+import type { IdempotentOptions } from './config/handler-options';
 
 /**
  * The `@Idempotent` options as metadata, on a method or a class. Read with

@@ -1,12 +1,12 @@
 export * from './idempotency.module';
 export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
-export * from './idempotency.options';
+export * from './config/idempotency.options';
 export * from './idempotent.decorator';
 export { IdempotentMetadata } from './idempotent.metadata';
 export { IdempotencyInterceptor } from './idempotency.interceptor';
-export { IdempotencyHttpException, IdempotencyProblemFilter } from './http/problem';
-export type { ProblemDetails } from './http/problem';
-export type { IdempotencyRpcError } from './rpc/rpc-exceptions';
+export { IdempotencyHttpException, IdempotencyProblemFilter } from './doors/http/problem';
+export type { ProblemDetails } from './doors/http/problem';
+export type { IdempotencyRpcError } from './doors/messages/rpc-exceptions';
 export * from './idempotency-purge.scheduler';
 export { IdempotencyTransaction } from './transaction/idempotency-transaction';
 export { IdempotencyHealthIndicator } from './idempotency.health';

@@ -1,7 +1,7 @@
 import { decodeHttpResponse, decodeValue, isHttpResponse } from '../core/payload';
 import type { StoredPayload } from '../core/store';
 import { plainResult } from './doors/graphql/graphql-result';
-import type { HandlerPlan } from './handler-plan';
+import type { HandlerPlan } from './config/handler-plan';
 
 /** What a message handler or a mutation replays: a value, or the error an HTTP route answered. */
 export type ReplayedValue = { kind: 'value'; value: unknown } | { kind: 'error'; message: string };

@@ -10,8 +10,8 @@ import type {
   Capture,
 } from '../../core/lifecycle';
 import type { IdempotencyLogger } from '../../core/logger';
-import type { HandlerPlan } from '../handler-plan';
-import type { ModuleSettings } from '../module-settings';
+import type { HandlerPlan } from '../config/handler-plan';
+import type { ModuleSettings } from '../config/module-settings';
 import { handleNext, HandlerEntry } from './handler-entry';
 import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
 

@@ -1,10 +1,10 @@
 import { FactoryProvider, Inject, Injectable, RequestMethod } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { optionalPeer, preloadOptionalPeer } from '../../core/optional-peer';
-import { compileHandlerPlan, HandlerPlan, mergeOptions, transportOf } from '../handler-plan';
+import { compileHandlerPlan, HandlerPlan, mergeOptions, transportOf } from '../config/handler-plan';
 import { IdempotentMetadata } from '../idempotent.metadata';
-import type { ModuleSettings } from '../module-settings';
-import { MODULE_SETTINGS } from '../module-settings.provider';
+import type { ModuleSettings } from '../config/module-settings';
+import { MODULE_SETTINGS } from '../config/module-settings.provider';
 import { NEST_METADATA } from '../nest-metadata';
 
 type Swagger = typeof import('@nestjs/swagger');

@@ -1,4 +1,4 @@
-import type { RedisClusterClient } from './client';
+import type { RedisClusterClient } from './redis-client';
 
 /** The least time between two topology refreshes the store asks for. */
 const REFRESH_INTERVAL_MS = 1000;

@@ -8,7 +8,7 @@ import type {
   SelectionSetNode,
 } from 'graphql';
 import { isDeepStrictEqual } from 'node:util';
-import { graphqlModule } from '../../graphql/graphql-errors';
+import { graphqlModule } from './graphql-errors';
 import { toPlain } from '../../plain-value';
 
 /**

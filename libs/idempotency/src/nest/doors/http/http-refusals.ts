@@ -1,6 +1,6 @@
 import type { Refusal } from '../../../core/refusal';
-import type { HandlerPlan } from '../../handler-plan';
-import { IdempotencyHttpException, problem } from '../../http/problem';
+import type { HandlerPlan } from '../../config/handler-plan';
+import { IdempotencyHttpException, problem } from './problem';
 import { keySourceText } from '../door';
 
 /** Every refusal as the problem document (RFC 9457) an HTTP client gets, with its status and `Retry-After`. */

@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { storedFileFields, type FingerprintParts } from '../../http/fingerprint';
+import { storedFileFields, type FingerprintParts } from './fingerprint';
 
 /** The parts of an Express or Fastify request the HTTP door reads. */
 export interface HttpRequest {

@@ -8,10 +8,10 @@ import {
 import type { StoredPayload } from '../../../core/store';
 import { bodyValue } from '../../replayed-value';
 import { plainResult } from '../graphql/graphql-result';
-import type { HandlerPlan } from '../../handler-plan';
-import { NEVER_STORED_HEADERS, StoredHttpResponse } from '../../idempotency.options';
-import type { FinishedResponse, Outgoing } from '../../http/raw-response';
-import type { IdempotencyHttpException, ProblemDetails } from '../../http/problem';
+import type { HandlerPlan } from '../../config/handler-plan';
+import { NEVER_STORED_HEADERS, StoredHttpResponse } from '../../config/idempotency.options';
+import type { FinishedResponse, Outgoing } from './raw-response';
+import type { IdempotencyHttpException, ProblemDetails } from './problem';
 
 /**
  * Responses as the HTTP door stores and replays them: what is kept of a

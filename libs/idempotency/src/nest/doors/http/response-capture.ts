@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { Capture } from '../../../core/lifecycle';
 import type { DoorCapture } from '../door';
-import { FinishedResponse, HeldResponse, Outgoing } from '../../http/raw-response';
+import { FinishedResponse, HeldResponse, Outgoing } from './raw-response';
 
 const AS_FINISHED: Outgoing = { kind: 'as-finished' };
 

@@ -4,16 +4,16 @@ import type { CallIdentity } from '../../../core/lifecycle';
 import { encodeValue } from '../../../core/payload';
 import type { Refusal } from '../../../core/refusal';
 import type { StoredPayload } from '../../../core/store';
-import type { HandlerPlan } from '../../handler-plan';
-import type { RpcKeySource } from '../../handler-options';
-import type { StoredRpcResult } from '../../idempotency.options';
-import { evaluateKey } from '../../key-resolver';
+import type { HandlerPlan } from '../../config/handler-plan';
+import type { RpcKeySource } from '../../config/handler-options';
+import type { StoredRpcResult } from '../../config/idempotency.options';
+import { evaluateKey } from '../../config/key-resolver';
 import { toPlain } from '../../plain-value';
 import { replayedValue } from '../../replayed-value';
-import { messageView } from '../../rpc/message-view';
-import { microservices } from '../../rpc/microservices';
-import { settleDelivery } from '../../rpc/rmq-settlement';
-import { rpcExceptions } from '../../rpc/rpc-exceptions';
+import { messageView } from './message-view';
+import { microservices } from './microservices';
+import { settleDelivery } from './rmq-settlement';
+import { rpcExceptions } from './rpc-exceptions';
 import { Door, invalidKey } from '../door';
 
 /**

@@ -1,4 +1,4 @@
-import { IdempotencyConfigError } from '../core/errors';
+import { IdempotencyConfigError } from '../../core/errors';
 import { compileKeyExpression } from './key-expression';
 
 const ROOTS = ['body', 'data'];

@@ -1,11 +1,11 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { Duration } from '../core/duration';
-import type { ReconcileHook } from '../core/policy';
-import type { IdempotencyEvent } from '../core/events';
-import type { IdempotencyLogger } from '../core/logger';
-import type { IdempotencyStore } from '../core/store';
-import type { ReplayCacheOptions } from '../stores/cache/replay-cache.store';
-import type { RedisIdempotencyStoreFromUrlOptions } from '../stores/redis/redis.store';
+import type { Duration } from '../../core/duration';
+import type { ReconcileHook } from '../../core/policy';
+import type { IdempotencyEvent } from '../../core/events';
+import type { IdempotencyLogger } from '../../core/logger';
+import type { IdempotencyStore } from '../../core/store';
+import type { ReplayCacheOptions } from '../../stores/cache/replay-cache.store';
+import type { RedisIdempotencyStoreFromUrlOptions } from '../../stores/redis/redis.store';
 
 /**
  * What `sanitize` is shown for an HTTP response before it is stored: a copy,

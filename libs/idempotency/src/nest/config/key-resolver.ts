@@ -1,4 +1,4 @@
-import { IdempotencyKeyError } from '../core/errors';
+import { IdempotencyKeyError } from '../../core/errors';
 import type { HandlerPlan } from './handler-plan';
 import type { KeySource } from './handler-options';
 

@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { keyFromBytes } from '../../core/key';
+import { keyFromBytes } from '../../../core/key';
 import { rawKafkaBytes } from './kafka-bytes';
 import { microservices } from './microservices';
 

@@ -1,5 +1,5 @@
-import { IdempotencyConfigError } from '../../core/errors';
-import { optionalPeer, preloadOptionalPeer } from '../../core/optional-peer';
+import { IdempotencyConfigError } from '../../../core/errors';
+import { optionalPeer, preloadOptionalPeer } from '../../../core/optional-peer';
 
 type Microservices = typeof import('@nestjs/microservices');
 

@@ -1,6 +1,6 @@
 import { ArgumentsHost, Catch, ExceptionFilter, HttpException } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { brandErrorClass, isBrandedInstance } from '../../core/error-brand';
+import { brandErrorClass, isBrandedInstance } from '../../../core/error-brand';
 
 /** An RFC 9457 problem document. */
 export interface ProblemDetails {

@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { IdempotencyRmqOptions, RmqSettlement } from '../idempotency.options';
+import type { IdempotencyRmqOptions, RmqSettlement } from '../../config/idempotency.options';
 import { microservices } from './microservices';
 
 /** Why a delivery's handler did not run. */

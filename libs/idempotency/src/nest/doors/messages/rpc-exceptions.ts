@@ -1,7 +1,7 @@
 import {
   IdempotencyInFlightException,
   IdempotencyOutcomeUnknownException,
-} from '../../core/errors';
+} from '../../../core/errors';
 import { microservices } from './microservices';
 
 /** A refusal as a message handler's caller (and Nest's RPC exception handling) sees it. */

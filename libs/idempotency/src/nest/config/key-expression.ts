@@ -1,5 +1,5 @@
-import { IdempotencyConfigError } from '../core/errors';
-import { keyFromBytes } from '../core/key';
+import { IdempotencyConfigError } from '../../core/errors';
+import { keyFromBytes } from '../../core/key';
 
 /**
  * Key expressions: a path such as `data.orderId`, `message.headers["x-id"]`,

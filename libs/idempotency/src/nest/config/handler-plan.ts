@@ -1,14 +1,14 @@
 import { StreamableFile } from '@nestjs/common';
-import { IdempotencyConfigError } from '../core/errors';
-import { compilePolicy, ExecutionPolicy, PolicyOptions } from '../core/policy';
-import { assertStrictModeSupported } from '../core/strict';
-import type { FingerprintForm } from './http/fingerprint';
+import { IdempotencyConfigError } from '../../core/errors';
+import { compilePolicy, ExecutionPolicy, PolicyOptions } from '../../core/policy';
+import { assertStrictModeSupported } from '../../core/strict';
+import type { FingerprintForm } from '../doors/http/fingerprint';
 import type { IdempotencyRmqOptions } from './idempotency.options';
 import { DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS } from './idempotency.options';
 import type { IdempotentOptions, KeySource } from './handler-options';
 import { CompiledKeyExpression, compileKeyExpression } from './key-expression';
 import { compileRmq, ModuleSettings } from './module-settings';
-import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from './nest-metadata';
+import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from '../nest-metadata';
 
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
 export const RPC_ROOTS = ['data', 'message'] as const;

@@ -3,8 +3,8 @@
  * so the adapters read them without importing the decorator.
  */
 import type { ExecutionContext } from '@nestjs/common';
-import type { Duration } from '../core/duration';
-import type { ReconcileHook } from '../core/policy';
+import type { Duration } from '../../core/duration';
+import type { ReconcileHook } from '../../core/policy';
 import type { IdempotencyRmqOptions } from './idempotency.options';
 
 /** The read-only view a key function (or expression) sees for an HTTP request. */

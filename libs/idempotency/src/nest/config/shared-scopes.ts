@@ -1,4 +1,4 @@
-import { IdempotencyConfigError } from '../core/errors';
+import { IdempotencyConfigError } from '../../core/errors';
 import type { HandlerPlan } from './handler-plan';
 
 /** One handler's claim on its scope, as the explorer found it at bootstrap. */

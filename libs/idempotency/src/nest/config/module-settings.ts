@@ -1,9 +1,9 @@
-import { parseDuration } from '../core/duration';
-import { IdempotencyConfigError } from '../core/errors';
-import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
-import type { IdempotencyStore } from '../core/store';
+import { parseDuration } from '../../core/duration';
+import { IdempotencyConfigError } from '../../core/errors';
+import { DEFAULT_MAX_KEY_LENGTH } from '../../core/key';
+import type { IdempotencyStore } from '../../core/store';
 // Loads no `redis`: only `fromUrl` does, when `store: { redis }` asks for it.
-import { RedisIdempotencyStore } from '../stores/redis/redis.store';
+import { RedisIdempotencyStore } from '../../stores/redis/redis.store';
 import {
   DEFAULT_KEY_HEADER,
   DEFAULT_MAX_BODY_BYTES,

@@ -1,6 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { hash } from 'node:crypto';
-import { IdempotencyConfigError } from '../core/errors';
+import { IdempotencyConfigError } from '../../core/errors';
 
 /** Whose record a call reads and writes: a tenant (never logged), and whether it was applied by default. */
 export interface CallTenant {
