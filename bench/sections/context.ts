@@ -1,4 +1,5 @@
-import { compilePolicy, IdempotencyEngine } from 'nest-idempotency';
+import { IdempotencyEngine } from 'nest-idempotency';
+import { compilePolicy } from '../../libs/idempotency/src/core/policy';
 import { DataSource } from 'typeorm';
 import { envNumber } from '../lib/stats';
 import { LEASE_MS, TTL_MS, WAKE_REQUEST as REQUEST } from '../lib/wake';

@@ -72,7 +72,15 @@ async function installAndTest(name: string): Promise<string> {
 
 describe('the packed tarball', () => {
   it('holds both builds, their entry points, the documents and the CLI, and no tests', () => {
-    for (const entry of ['index', 'core', 'typeorm', 'testing', 'opentelemetry', 'redis']) {
+    for (const entry of [
+      'index',
+      'core',
+      'store-kit',
+      'typeorm',
+      'testing',
+      'opentelemetry',
+      'redis',
+    ]) {
       for (const file of [`dist/${entry}.js`, `dist/esm/${entry}.js`, `require/${entry}.js`]) {
         expect(shipped).toContain(file);
       }

@@ -1,14 +1,106 @@
-export * from './decide';
-export * from './duration';
-export * from './engine';
-export * from './errors';
-export * from './events';
+/**
+ * The framework-free surface, by group. Each name here is public (a change is
+ * a semver event, and test/docs/public-surface.e2e-spec.ts shows it as a
+ * diff); whatever is not listed is internal. What only a store author needs
+ * is in `nest-idempotency/store-kit` (../store-kit.ts).
+ */
+
+// The engine and its policies.
+export { IdempotencyEngine } from './engine';
+export type { ExecuteOutcome, ExecuteRequest, IdempotencyEngineOptions } from './engine';
+export type { CallOptions } from './look';
+export { BUILT_IN_DEFAULTS } from './policy';
+export type {
+  ExecutionPolicy,
+  PolicyOptions,
+  ReconcileAnswer,
+  ReconcileHook,
+  ReconcileQuestion,
+} from './policy';
 export { Execution } from './execution';
 export type { CompletionResult, CompletionRetryOptions } from './execution';
-export * from './key';
-export * from './logger';
-export * from './payload';
-export * from './policy';
-export * from './store';
-export * from './wait-loop';
-export * from './waiters';
+export { MAX_TTL_MS, parseDuration } from './duration';
+export type { Duration, DurationKind } from './duration';
+export { DEFAULT_MAX_KEY_LENGTH, keyDigest, storedKeyDigest } from './key';
+export { DEFAULT_MAX_PAYLOAD_BYTES, decodeValue, encodeValue } from './payload';
+export type { IdempotencyLogger } from './logger';
+
+// Errors.
+export {
+  IdempotencyCompletionError,
+  IdempotencyConfigError,
+  IdempotencyError,
+  IdempotencyFingerprintMismatchException,
+  IdempotencyInFlightException,
+  IdempotencyKeyError,
+  IdempotencyLeaseLostError,
+  IdempotencyNotExecutedError,
+  IdempotencyOutcomeUnknownException,
+  IdempotencyPayloadError,
+  IdempotencyStoreSchemaError,
+  IdempotencyStoreUnavailableError,
+} from './errors';
+
+// Events.
+export type {
+  IdempotencyEvent,
+  IdempotencyEventListener,
+  ObservedOutcome,
+  ReleaseReason,
+} from './events';
+
+// The store SPI.
+export { DEFAULT_MAX_WAITERS, DEFAULT_PURGE_BATCH, IdempotencyStore } from './store';
+export type {
+  AcquireRequest,
+  AcquireResult,
+  AmbiguityReason,
+  AmbiguousRecord,
+  IdempotencyRecordView,
+  Lease,
+  ListFilter,
+  RecordId,
+  RecordState,
+  ReplayedRecord,
+  Resolution,
+  ResolveResult,
+  StoredPayload,
+  StrictModeSupport,
+  TransactionRunner,
+  TransactionalCompletion,
+} from './store';
+
+/**
+ * @deprecated since 0.3: import the store author's toolbox from
+ * `nest-idempotency/store-kit`; these names leave `nest-idempotency/core` and
+ * the root in the next minor version.
+ */
+export {
+  becomesAmbiguous,
+  decide,
+  fingerprintsConflict,
+  isPurgeable,
+  isStealable,
+  waitForRecord,
+  WaiterRegistry,
+  WaitTicket,
+  assertPayloadSize,
+  decodeHttpResponse,
+  describePayload,
+  encodeHttpResponse,
+  encodeNotStorable,
+  isHttpResponse,
+  notStorableReason,
+  assertValidKey,
+  keyFromBytes,
+  scopeOfStored,
+  storedScope,
+} from '../store-kit';
+export type {
+  Decision,
+  ObservedRecord,
+  Observation,
+  WaitForRecordOptions,
+  HttpResponseRecord,
+  PayloadDescription,
+} from '../store-kit';

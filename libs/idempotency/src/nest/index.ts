@@ -1,13 +1,58 @@
-export * from './idempotency.module';
+/**
+ * The Nest surface, by group; with `nest-idempotency/core`'s names it is the
+ * root entry point. Whatever is not listed is internal.
+ */
+
+// The module and its options.
+export {
+  IdempotencyModule,
+  InjectIdempotencyOptions,
+  InjectIdempotencyStore,
+} from './idempotency.module';
 export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
-export * from './config/idempotency.options';
-export * from './idempotent.decorator';
+export {
+  DEFAULT_KEY_HEADER,
+  DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_PURGE,
+  DEFAULT_REPLAY_HEADERS,
+  DEFAULT_RMQ,
+  NEVER_STORED_HEADERS,
+} from './config/idempotency.options';
+export type {
+  IdempotencyDefaults,
+  IdempotencyHttpOptions,
+  IdempotencyModuleOptions,
+  IdempotencyPurgeOptions,
+  IdempotencyRmqOptions,
+  IdempotencyStoreFromOptions,
+  RmqSettlement,
+  StoredHttpResponse,
+  StoredResult,
+  StoredRpcResult,
+} from './config/idempotency.options';
+
+// The decorator and its options.
+export { Idempotent } from './idempotent.decorator';
 export { IdempotentMetadata } from './idempotent.metadata';
+export type {
+  GraphqlKeySource,
+  HttpKeySource,
+  IdempotencyCompletion,
+  IdempotencyMode,
+  IdempotentOptions,
+  KeySource,
+  RpcKeySource,
+} from './config/handler-options';
 export { IdempotencyInterceptor } from './idempotency.interceptor';
+
+// What the doors answer.
 export { IdempotencyHttpException, IdempotencyProblemFilter } from './doors/http/problem';
 export type { ProblemDetails } from './doors/http/problem';
 export type { IdempotencyRpcError } from './doors/messages/rpc-exceptions';
-export * from './idempotency-purge.scheduler';
+
+// Transactions, the purge, health.
 export { IdempotencyTransaction } from './transaction/idempotency-transaction';
+export { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
+export type { PurgeRun } from './idempotency-purge.scheduler';
 export { IdempotencyHealthIndicator } from './idempotency.health';
 export type { IdempotencyHealthOptions, IdempotencyHealthResult } from './idempotency.health';
