@@ -48,11 +48,11 @@ function tableAfter(page: string, anchor: string): string[][] {
   const rows: string[][] = [];
   for (i += 2; i < lines.length && lines[i].startsWith('|'); i++) {
     rows.push(
+      // Cells split on every `|` that is not escaped as `\|`.
       lines[i]
-        .replace(/\\\|/g, '\u0000')
-        .split('|')
+        .split(/(?<!\\)\|/)
         .slice(1, -1)
-        .map((cell) => cell.replace(/\u0000/g, '|').trim()),
+        .map((cell) => cell.replace(/\\\|/g, '|').trim()),
     );
   }
   if (rows.length === 0) throw new Error(`${page}: no table after ${anchor}`);
