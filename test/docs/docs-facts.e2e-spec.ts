@@ -337,6 +337,39 @@ describe('what the docs say about the code', () => {
     expect(longs.every(Boolean)).toBe(true);
   });
 
+  it("docs/cli.md's usage lines give each command's options, and their ranges as the CLI checks them", () => {
+    const cli = read('docs/cli.md');
+    const usage = cli.split('\n').filter((line) => line.startsWith('nest-idempotency '));
+    const globals = new Set(
+      tableAfter('docs/cli.md', '## Connecting').map(([cell]) => codeSpans(cell)[0].split(' ')[0]),
+    );
+    const commands = commandOptions();
+    expect(commands.map((c) => c.name)).toEqual(
+      expect.arrayContaining(['list', 'inspect', 'purge', 'resolve', 'verify', 'schema-sql']),
+    );
+    for (const command of commands) {
+      const lines = usage.filter((line) => line.startsWith(`nest-idempotency ${command.name} `));
+      expect(lines.length, command.name).toBeGreaterThan(0);
+      const named = new Set(lines.flatMap((line) => line.match(/--[\w-]+/g) ?? []));
+      for (const option of command.options) {
+        expect(named.has(option.long), `${command.name} ${option.long}`).toBe(true);
+      }
+      const known = new Set([...command.options.map((o) => o.long), ...globals]);
+      for (const flag of named) expect(known.has(flag), `${command.name} ${flag}`).toBe(true);
+      for (const option of command.options.filter((o) => o.range)) {
+        const stated = new RegExp(`\`${option.long}\` \\(([^)]*)\\)`).exec(cli);
+        if (!stated) continue;
+        const [min, max] = option.range!.map((n) => n.toLocaleString('en-US'));
+        expect(stated[1], option.long).toContain(`${min} to ${max}`);
+        if (option.default !== undefined) {
+          expect(stated[1], option.long).toContain(
+            `default ${option.default.toLocaleString('en-US')}`,
+          );
+        }
+      }
+    }
+  });
+
   it('docs/cli.md lists every exit code, and only those', () => {
     const documented = tableAfter('docs/cli.md', '## Exit codes').map(([code]) => Number(code));
     expect(documented.sort((a, b) => a - b)).toEqual(Object.values(ExitCode).sort((a, b) => a - b));
@@ -449,6 +482,70 @@ function sourceStrings(): Set<string> {
       ts.forEachChild(node, visit);
     };
     visit(source);
+  }
+  return out;
+}
+
+interface CommandOption {
+  long: string;
+  range?: [number, number];
+  default?: number;
+}
+
+/** Each command of the CLI (one file of cli/ each) with its options, read from its source. */
+function commandOptions(): { name: string; options: CommandOption[] }[] {
+  const out: { name: string; options: CommandOption[] }[] = [];
+  const number = (node: ts.Expression | undefined): number | undefined => {
+    if (!node) return undefined;
+    const value = Number(node.getText().replace(/_/g, ''));
+    return ts.isNumericLiteral(node) && Number.isFinite(value) ? value : undefined;
+  };
+  for (const name of fs.readdirSync(path.join(SRC, 'cli'))) {
+    if (!name.endsWith('.ts') || name === 'run.ts') continue;
+    const file = path.join(SRC, 'cli', name);
+    const source = ts.createSourceFile(
+      file,
+      fs.readFileSync(file, 'utf8'),
+      ts.ScriptTarget.Latest,
+      true,
+    );
+    let command: string | undefined;
+    const options: CommandOption[] = [];
+    const visit = (node: ts.Node): void => {
+      // `.addOption(new Option(flags, …).choices(…))`
+      if (
+        ts.isNewExpression(node) &&
+        node.expression.getText() === 'Option' &&
+        node.arguments?.[0] &&
+        ts.isStringLiteral(node.arguments[0])
+      ) {
+        options.push({ long: new Command().option(node.arguments[0].text).options[0].long! });
+      }
+      if (ts.isCallExpression(node) && ts.isPropertyAccessExpression(node.expression)) {
+        const method = node.expression.name.text;
+        const [first, , parser, fallback] = node.arguments;
+        if (method === 'command' && first && ts.isStringLiteral(first)) command = first.text;
+        let flags: string | undefined;
+        if (method === 'option' && first && ts.isStringLiteral(first)) flags = first.text;
+        if (flags) {
+          const option: CommandOption = { long: new Command().option(flags).options[0].long! };
+          if (
+            method === 'option' &&
+            parser &&
+            ts.isCallExpression(parser) &&
+            parser.expression.getText() === 'wholeNumber'
+          ) {
+            const [min, max] = parser.arguments.map((a) => number(a));
+            if (min !== undefined && max !== undefined) option.range = [min, max];
+            option.default = number(fallback);
+          }
+          options.push(option);
+        }
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
+    if (command) out.push({ name: command, options });
   }
   return out;
 }
