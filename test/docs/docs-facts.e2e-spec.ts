@@ -2,7 +2,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
 import ts from 'typescript';
-import { IdempotencyEngine, InMemoryIdempotencyStore } from 'nest-idempotency/core';
+import {
+  BUILT_IN_DEFAULTS,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  DEFAULT_MAX_WAITERS,
+  IdempotencyEngine,
+  InMemoryIdempotencyStore,
+} from 'nest-idempotency/core';
 import {
   IDEMPOTENCY_DURATION_BUCKETS_SECONDS,
   instrumentIdempotencyEngine,
@@ -216,6 +222,29 @@ describe('what the docs say about the code', () => {
     const defaults = propertiesOf(typeOf('index', 'IdempotencyDefaults'));
     for (const name of documentedNames('docs/records-and-leases.md', '## Lease and waitTimeout')) {
       expect(defaults.has(name), name).toBe(true);
+    }
+  });
+
+  it('gives the built-in durations and store limits as defaults', () => {
+    const defaultOf = (page: string, anchor: string, name: string) =>
+      tableAfter(page, anchor).find(([cell]) => codeSpans(cell).includes(name))?.[1];
+    for (const [name, value] of Object.entries(BUILT_IN_DEFAULTS)) {
+      expect(defaultOf('README.md', '`IdempotencyModule.forRoot`', `defaults.${name}`)).toBe(
+        `\`${value}\``,
+      );
+      expect(defaultOf('docs/records-and-leases.md', '## Lease and waitTimeout', name)).toBe(
+        `\`${value}\``,
+      );
+    }
+    const mib = `${DEFAULT_MAX_PAYLOAD_BYTES / 1024 / 1024} MiB`;
+    for (const [page, anchor] of [
+      ['README.md', '### `new TypeOrmIdempotencyStore('],
+      ['docs/storage.md', 'The constructor refuses a `DataSource`'],
+      ['docs/redis.md', '## Options'],
+    ]) {
+      const waiters = defaultOf(page, anchor, 'maxWaiters')!.replace(/[`,]/g, '');
+      expect(Number(waiters), `${page} maxWaiters`).toBe(DEFAULT_MAX_WAITERS);
+      expect(defaultOf(page, anchor, 'maxPayloadBytes'), `${page} maxPayloadBytes`).toBe(mib);
     }
   });
 
