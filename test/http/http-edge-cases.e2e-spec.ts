@@ -45,8 +45,10 @@ import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 import { Probe } from './fixtures';
 
 /**
- * Regression tests for defects a black-box review reproduced, each against
- * the real PostgreSQL store, on both adapters where HTTP is involved.
+ * HTTP edge cases: what is stored and replayed when other parts of Nest
+ * (serializers, filters, parsers) act on the response, how keys and
+ * fingerprints are read, and misconfigurations refused at bootstrap; each
+ * against the real PostgreSQL store, on both adapters where HTTP is involved.
  */
 const probe = new Probe();
 
@@ -186,7 +188,7 @@ class FlakyStore extends TypeOrmIdempotencyStore {
   }
 }
 
-describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
+describe.each(ADAPTERS)('HTTP edge cases, over %s', (adapter: AdapterName) => {
   const schema = scratchSchema('defects');
   let dataSource: DataSource;
   let store: TypeOrmIdempotencyStore;
@@ -236,7 +238,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     return decodeHttpResponse(record!.payload!);
   };
 
-  it('5: stores what ClassSerializerInterceptor sent (APP_INTERCEPTOR), never the @Exclude()d field', async () => {
+  it('stores what ClassSerializerInterceptor sent (APP_INTERCEPTOR), never the @Exclude()d field', async () => {
     const key = randomUUID();
     const first = await send(url, 'POST', '/defects/account', { key });
     expect(first.status).toBe(201);
@@ -249,7 +251,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     expect(probe.count('account')).toBe(1);
   });
 
-  it('7: hands sanitize a copy: the first caller keeps the field the sanitizer deletes', async () => {
+  it('hands sanitize a copy: the first caller keeps the field the sanitizer deletes', async () => {
     const key = randomUUID();
     const first = await send(url, 'POST', '/defects/card', { key });
     expect(first.json()).toMatchObject({ cardNumber: '4111111111111111' });
@@ -258,7 +260,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     expect((await stored('DefectsController.card', key)).body.toString()).not.toContain('4111');
   });
 
-  it('8: fingerprints the concrete path, the query and the method, not the route pattern', async () => {
+  it('fingerprints the concrete path, the query and the method, not the route pattern', async () => {
     const key = randomUUID();
     expect((await send(url, 'PUT', '/defects/orders/1', { key, body: { a: 1 } })).status).toBe(200);
     const other = await send(url, 'PUT', '/defects/orders/2', { key, body: { a: 1 } });
@@ -282,7 +284,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     expect(probe.count('any')).toBe(1);
   });
 
-  it('9: refuses a body nothing parsed before the check (415) rather than fingerprint it as null', async () => {
+  it('refuses a body nothing parsed before the check (415) rather than fingerprint it as null', async () => {
     const key = randomUUID();
     const reply = await send(url, 'POST', '/defects/text', {
       key,
@@ -297,7 +299,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     await expect(store.find({ scope: 'DefectsController.text', key })).resolves.toBeNull();
   });
 
-  it('11: replays a Date result as the first response was: same status, content type and bytes', async () => {
+  it('replays a Date result as the first response was: same status, content type and bytes', async () => {
     const key = randomUUID();
     const first = await send(url, 'POST', '/defects/date', { key });
     const replay = await send(url, 'POST', '/defects/date', { key });
@@ -307,7 +309,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     expect(probe.count('date')).toBe(1);
   });
 
-  it('11: replays a Buffer with application/octet-stream as those bytes, not as JSON', async () => {
+  it('replays a Buffer with application/octet-stream as those bytes, not as JSON', async () => {
     const key = randomUUID();
     const first = await fetch(`${url}/defects/bytes`, {
       method: 'POST',
@@ -328,7 +330,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
   });
 
-  it('17: refuses a header key outside printable ASCII (UTF-8 bytes would arrive as mojibake)', async () => {
+  it('refuses a header key outside printable ASCII (UTF-8 bytes would arrive as mojibake)', async () => {
     const raw = Buffer.from('заказ-42', 'utf8').toString('latin1');
     const reply = await sendRaw(url, 'POST', '/defects/card', ['Idempotency-Key', raw], '{}');
     expect(reply.status).toBe(400);
@@ -337,7 +339,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     expect(probe.count('card')).toBe(0);
   });
 
-  it('20: makes key templates injective: customer "1:2" with order "3" is not customer "1" with order "2:3"', async () => {
+  it('makes key templates injective: customer "1:2" with order "3" is not customer "1" with order "2:3"', async () => {
     const a = await send(url, 'POST', '/defects/template', {
       body: { customerId: '1:2', orderId: '3' },
     });
@@ -355,7 +357,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     expect(keys).toEqual(['order:1%3A2:3', 'order:1:2%3A3']);
   });
 
-  it('16: an application catch-all filter (APP_FILTER) sees the refusals (400, 409, 422)', async () => {
+  it('an application catch-all filter (APP_FILTER) sees the refusals (400, 409, 422)', async () => {
     const filtered = await startLoggedHttpApp(
       adapter,
       {
@@ -385,7 +387,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
     }
   });
 
-  it('6: never writes the tenant (or the key) into a log line, not even on a completion retry', async () => {
+  it('never writes the tenant (or the key) into a log line, not even on a completion retry', async () => {
     const flaky = new FlakyStore(dataSource, { schema });
     const captured = new CapturedLogs();
     const tenantApp = await startLoggedHttpApp(
@@ -413,7 +415,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
   });
 
   if (adapter === 'express') {
-    it('9: fingerprints a multipart upload parsed before the check (file and fields), and refuses one parsed after', async () => {
+    it('fingerprints a multipart upload parsed before the check (file and fields), and refuses one parsed after', async () => {
       const upload = (name: string, content: string, path: string, key: string) => {
         const form = new FormData();
         form.append('file', new Blob([content]), name);
@@ -439,7 +441,7 @@ describe.each(ADAPTERS)('defects, over %s', (adapter: AdapterName) => {
   }
 });
 
-describe('defects refused at bootstrap', () => {
+describe('misconfigurations refused at bootstrap', () => {
   const store = () => new InMemoryIdempotencyStore();
   const boot = async (metadata: Parameters<typeof Test.createTestingModule>[0]) => {
     const moduleRef = await Test.createTestingModule(metadata)
@@ -461,7 +463,7 @@ describe('defects refused at bootstrap', () => {
     throw new Error('the application started');
   };
 
-  it('4: IdempotencyModule.forRoot imported twice, naming the importers', async () => {
+  it('IdempotencyModule.forRoot imported twice, naming the importers', async () => {
     @Module({
       imports: [IdempotencyModule.forRoot({ store: store() })],
       controllers: [DefectsController],
@@ -477,7 +479,7 @@ describe('defects refused at bootstrap', () => {
     expect(error.message).toContain('PaymentsFeatureModule');
   });
 
-  it('10: two controllers of the same name (URI versioning) would share a scope', async () => {
+  it('two controllers of the same name (URI versioning) would share a scope', async () => {
     const v1 = (() => {
       @Controller({ path: 'orders', version: '1' })
       class OrdersController {
@@ -595,7 +597,7 @@ describe('defects refused at bootstrap', () => {
     if (kind.includes('gateway')) expect(error.message).not.toContain('Nest does not intercept');
   });
 
-  it('12: @Idempotent on a controller method that is not a handler', async () => {
+  it('@Idempotent on a controller method that is not a handler', async () => {
     @Controller('x')
     class HelperController {
       @Get()
@@ -616,7 +618,7 @@ describe('defects refused at bootstrap', () => {
     );
   });
 
-  it('20: a ttl past what every store can hold (10^16 ms), naming the option; P30D is a fine default', async () => {
+  it('a ttl past what every store can hold (10^16 ms), naming the option; P30D is a fine default', async () => {
     @Controller('ttl')
     class TtlController {
       @Post()
