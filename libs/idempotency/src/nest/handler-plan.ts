@@ -1,11 +1,16 @@
 import { StreamableFile } from '@nestjs/common';
 import { IdempotencyConfigError } from '../core/errors';
+import { refuseUnknownOptions } from '../core/option-keys';
 import { compilePolicy, ExecutionPolicy, PolicyOptions } from '../core/policy';
 import { assertStrictModeSupported } from '../core/strict';
 import type { FingerprintForm } from './http/fingerprint';
 import type { IdempotencyRmqOptions } from './idempotency.options';
-import { DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS } from './idempotency.options';
-import type { IdempotentOptions, KeySource } from './handler-options';
+import {
+  DEFAULT_REPLAY_HEADERS,
+  NEVER_STORED_HEADERS,
+  RMQ_OPTION_KEYS,
+} from './idempotency.options';
+import { IDEMPOTENT_OPTION_KEYS, IdempotentOptions, KeySource } from './handler-options';
 import { CompiledKeyExpression, compileKeyExpression } from './key-expression';
 import { compileRmq, ModuleSettings } from './module-settings';
 import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from './nest-metadata';
@@ -84,6 +89,8 @@ export function compileHandlerPlan(
 ): HandlerPlan {
   const where = `${classRef.name}.${methodName}`;
   const handler = (classRef.prototype as Record<string, object>)[methodName];
+  refuseUnknownOptions(options, IDEMPOTENT_OPTION_KEYS, where);
+  refuseUnknownOptions(options.rmq, RMQ_OPTION_KEYS, where, 'rmq.');
   if (options.scope !== undefined && typeof options.scope !== 'string') {
     throw new IdempotencyConfigError(`${where}: option "scope" must be a non-empty string`);
   }
