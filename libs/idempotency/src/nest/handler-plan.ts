@@ -4,7 +4,6 @@ import { refuseUnknownOptions } from '../core/option-keys';
 import { compilePolicy, ExecutionPolicy, PolicyOptions } from '../core/policy';
 import { assertStrictModeSupported } from '../core/strict';
 import type { FingerprintForm } from './http/fingerprint';
-import type { IdempotencyRmqOptions } from './idempotency.options';
 import {
   DEFAULT_REPLAY_HEADERS,
   NEVER_STORED_HEADERS,
@@ -12,7 +11,7 @@ import {
 } from './idempotency.options';
 import { IDEMPOTENT_OPTION_KEYS, IdempotentOptions, KeySource } from './handler-options';
 import { CompiledKeyExpression, compileKeyExpression } from './key-expression';
-import { compileRmq, ModuleSettings } from './module-settings';
+import { compileRmq, ModuleSettings, RmqRules } from './module-settings';
 import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from './nest-metadata';
 
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
@@ -49,7 +48,7 @@ export interface HandlerPlan {
   /** RPC: an @EventPattern (no reply) rather than a @MessagePattern. */
   isEvent?: boolean;
   /** RPC: the RabbitMQ settlement rules for this handler. */
-  rmq?: Required<IdempotencyRmqOptions>;
+  rmq?: RmqRules;
 }
 
 /** Which transport a method serves, or undefined when it is not a route or message handler. */

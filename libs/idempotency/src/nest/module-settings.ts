@@ -40,7 +40,7 @@ export interface ModuleSettings {
   replayHeaders: string[];
   /** The problem document `type` for a refusal's code. */
   problemType: (code: string) => string;
-  rmq: Required<IdempotencyRmqOptions>;
+  rmq: RmqRules;
   /** Document idempotent routes for `@nestjs/swagger`. */
   openapi: boolean;
   purge: { intervalMs: number; batchSize: number } | false;
@@ -205,18 +205,25 @@ function compileProblemTypes(option: unknown): (code: string) => string {
 
 const SETTLEMENTS: readonly RmqSettlement[] = ['ack', 'requeue', 'dead-letter'];
 
+/** The RabbitMQ rules of a handler: `rmq` with its defaults, and whether `noAck` was stated. */
+export interface RmqRules extends Required<IdempotencyRmqOptions> {
+  /** `rmq.noAck` was given (module-wide or on the handler), rather than defaulted. */
+  noAckStated: boolean;
+}
+
 /** Module-level `rmq`, or a handler's own over it; `label` starts the option's name in messages. */
 export function compileRmq(
   rmq: IdempotencyRmqOptions | undefined,
   label: string,
-  base: Required<IdempotencyRmqOptions> = DEFAULT_RMQ,
-): Required<IdempotencyRmqOptions> {
+  base: RmqRules = { ...DEFAULT_RMQ, noAckStated: false },
+): RmqRules {
   const out = { ...base };
   if (!rmq) return out;
   if (rmq.noAck !== undefined) {
     if (typeof rmq.noAck !== 'boolean')
       throw new IdempotencyConfigError(`${label}.noAck" must be true or false`);
     out.noAck = rmq.noAck;
+    out.noAckStated = true;
   }
   for (const name of ['replayed', 'inFlight', 'unavailable', 'rejected'] as const) {
     const value = rmq[name];
