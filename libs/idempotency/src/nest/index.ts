@@ -7,6 +7,7 @@ export { IdempotencyInterceptor } from './idempotency.interceptor';
 export { IdempotencyHttpException, IdempotencyProblemFilter } from './http/problem';
 export type { ProblemDetails } from './http/problem';
 export type { IdempotencyRpcError } from './rpc/rpc-exceptions';
+export { IdempotencyGraphqlRefusal } from './graphql/graphql-errors';
 export * from './idempotency-purge.scheduler';
 export { IdempotencyTransaction } from './transaction/idempotency-transaction';
 export { IdempotencyHealthIndicator } from './idempotency.health';
