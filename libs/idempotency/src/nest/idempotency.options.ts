@@ -98,8 +98,8 @@ export const HTTP_OPTION_KEYS = optionKeys<IdempotencyHttpOptions>()([
 
 /**
  * What happens to a RabbitMQ delivery whose handler does not run. Only when
- * the consumer acknowledges manually (`noAck: false`); with `noAck: true` the
- * broker needs nothing and the library settles nothing.
+ * the consumer acknowledges manually (the transport's `noAck: false`); with
+ * `noAck: true` the broker needs nothing and the library settles nothing.
  *
  * - `ack`: done with it (a replay: its twin already ran).
  * - `requeue`: nack with requeue, after a delay (the twin's remaining lease,
@@ -111,9 +111,11 @@ export type RmqSettlement = 'ack' | 'requeue' | 'dead-letter';
 
 export interface IdempotencyRmqOptions {
   /**
-   * The consumer's own `noAck`, as given to the RMQ transport. Default true,
-   * as Nest's. Set false where the consumer acks itself; per handler with
-   * `@Idempotent({ rmq })` when consumers differ.
+   * The consumer's own `noAck`, for a transport whose setting the library
+   * cannot read (a custom strategy). Nest's RMQ transport says its own
+   * `options.noAck` at each delivery, and that wins: an `rmq.noAck` that
+   * contradicts it is ignored, with a warning. Default true, as Nest's; per
+   * handler with `@Idempotent({ rmq })`.
    */
   noAck?: boolean;
   /** A duplicate answered from the store. Default `ack`. */
