@@ -87,6 +87,6 @@ export function editDistance(a: string, b: string): number {
 }
 
 /** A key as it can be printed: a name, or its JSON text when it holds anything else. */
-function printable(key: string): string {
+export function printable(key: string): string {
   return /^[\w$.-]{1,64}$/.test(key) ? key : JSON.stringify(key.slice(0, 64)).slice(1, -1);
 }

@@ -1,7 +1,7 @@
 import { parseDuration } from '../core/duration';
 import { IdempotencyConfigError } from '../core/errors';
 import { DEFAULT_MAX_KEY_LENGTH } from '../core/key';
-import { closestOption, refuseUnknownOptions } from '../core/option-keys';
+import { closestOption, printable, refuseUnknownOptions } from '../core/option-keys';
 import type { IdempotencyStore } from '../core/store';
 import { REPLAY_CACHE_OPTION_KEYS } from '../stores/cache/replay-cache.store';
 // Loads no `redis`: only `fromUrl` does, when `store: { redis }` asks for it.
@@ -155,7 +155,7 @@ function compileStore(option: IdempotencyModuleOptions['store'] | undefined): Id
     // A plain object that is no store: store options with a typo ({ redsi: … }), or a store's own options.
     const near = closestOption(unknown, STORE_FROM_OPTIONS_KEYS);
     throw new IdempotencyConfigError(
-      `${WHERE}: unknown option "store.${unknown}"${near ? ` (did you mean "store.${near}"?)` : ''}; option "store" is an IdempotencyStore (such as new TypeOrmIdempotencyStore(dataSource) from nest-idempotency/typeorm) or { redis: { url } }`,
+      `${WHERE}: unknown option "store.${printable(unknown)}"${near ? ` (did you mean "store.${near}"?)` : ''}; option "store" is an IdempotencyStore (such as new TypeOrmIdempotencyStore(dataSource) from nest-idempotency/typeorm) or { redis: { url } }`,
     );
   }
   throw new IdempotencyConfigError(
