@@ -46,6 +46,11 @@ function eventsController(options: IdempotentOptions): Type {
   return OrderEvents;
 }
 
+/** Shaped as a TypeORM DataSource is to the check (the real one is used further down). */
+const fakeDataSource = Object.assign(Object.create(DataSource.prototype) as object, {
+  options: { type: 'postgres' },
+});
+
 /** Options as configuration from JSON or a factory gives them: unchecked by TypeScript. */
 const unchecked = (options: object) => options as unknown as IdempotencyModuleOptions;
 
@@ -109,6 +114,33 @@ describe.each(ADAPTERS)('unknown options fail the start on %s, over a real socke
     expect(error).toBeInstanceOf(IdempotencyConfigError);
     expect((error as Error).message).toBe(
       'IdempotencyModule: unknown option "defaults.waitTimout" (did you mean "defaults.waitTimeout"?)',
+    );
+  });
+
+  it('says to add inject: [DataSource] when a forRootAsync factory received none', async () => {
+    const error = await listen({
+      imports: [
+        IdempotencyModule.forRootAsync({
+          useFactory: (source: DataSource) => ({
+            store: new TypeOrmIdempotencyStore(source),
+            purge: false,
+          }),
+        }),
+      ],
+      controllers: [ordersController({})],
+    });
+    expect(error).toBeInstanceOf(IdempotencyConfigError);
+    expect((error as Error).message).toContain('add inject: [DataSource]');
+  });
+
+  it('says how to wrap a DataSource passed as the store', async () => {
+    const error = await listen({
+      imports: [IdempotencyModule.forRoot(unchecked({ store: fakeDataSource, purge: false }))],
+      controllers: [ordersController({})],
+    });
+    expect(error).toBeInstanceOf(IdempotencyConfigError);
+    expect((error as Error).message).toContain(
+      'store: new TypeOrmIdempotencyStore(dataSource) (from nest-idempotency/typeorm)',
     );
   });
 

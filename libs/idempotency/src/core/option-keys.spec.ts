@@ -8,6 +8,13 @@ describe('option keys', () => {
   }
   const KEYS = optionKeys<Options>()(['waitTimeout', 'keyHeader']);
 
+  it('fails tsc when the list and the type disagree', () => {
+    // @ts-expect-error a key of the type is missing from the list
+    expect(optionKeys<Options>()(['waitTimeout'])).toEqual(['waitTimeout']);
+    // @ts-expect-error the list names a key the type does not have
+    expect(optionKeys<Options>()(['waitTimeout', 'keyHeader', 'colour'])).toHaveLength(3);
+  });
+
   it('measures edits, a transposition counting as one', () => {
     expect(editDistance('htpp', 'http')).toBe(1);
     expect(editDistance('waitTimout', 'waitTimeout')).toBe(1);
