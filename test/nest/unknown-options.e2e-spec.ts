@@ -236,6 +236,13 @@ describe('unknown options at every level', () => {
     expect(() =>
       RedisIdempotencyStore.fromUrl('redis://127.0.0.1:6379', { clustr: true } as object),
     ).toThrow('RedisIdempotencyStore.fromUrl: unknown option "clustr" (did you mean "cluster"?)');
+    expect(() =>
+      RedisIdempotencyStore.fromUrl('redis://127.0.0.1:6379', {
+        waitForReplicas: { replicas: 1, timeoutMS: 10 } as never,
+      }),
+    ).toThrow(
+      'RedisIdempotencyStore: unknown option "waitForReplicas.timeoutMS" (did you mean "waitForReplicas.timeoutMs"?)',
+    );
   });
 });
 

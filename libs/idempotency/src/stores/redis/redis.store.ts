@@ -79,6 +79,10 @@ export const REDIS_STORE_OPTION_KEYS = optionKeys<RedisIdempotencyStoreOptions>(
   'logger',
 ]);
 
+const WAIT_FOR_REPLICAS_KEYS = optionKeys<
+  NonNullable<RedisIdempotencyStoreOptions['waitForReplicas']>
+>()(['replicas', 'timeoutMs']);
+
 /** `RedisIdempotencyStore.fromUrl`'s options: the store's, and how to connect. */
 export type RedisIdempotencyStoreFromUrlOptions = RedisIdempotencyStoreOptions &
   RedisConnectionOptions;
@@ -168,6 +172,12 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       );
     }
     refuseUnknownOptions(options, REDIS_STORE_OPTION_KEYS, 'RedisIdempotencyStore');
+    refuseUnknownOptions(
+      options.waitForReplicas,
+      WAIT_FOR_REPLICAS_KEYS,
+      'RedisIdempotencyStore',
+      'waitForReplicas.',
+    );
     this.keys = new RedisKeys(options.keyPrefix ?? DEFAULT_KEY_PREFIX);
     this.maxPayloadBytes = positive(
       'maxPayloadBytes',
