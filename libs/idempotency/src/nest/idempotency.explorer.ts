@@ -17,6 +17,7 @@ import { requireGraphql } from './doors/graphql/graphql-errors';
 import { ScopeClaim, settleSharedScopes } from './config/shared-scopes';
 import { preserveKafkaBytes } from './doors/messages/kafka-bytes';
 import { loadMicroservices } from './doors/messages/microservices';
+import { recordRmqConsumerAck } from './doors/messages/rmq-settlement';
 
 type ClassRef = { name: string; prototype: object };
 
@@ -66,10 +67,11 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     settleSharedScopes(claims);
     for (const claim of claims) this.warnSharedKey(claim.plan);
     // Message handlers: @nestjs/microservices is loaded now (a missing package fails the
-    // bootstrap), and Kafka keys keep their bytes. Mutations: graphql, the same way.
+    // bootstrap), Kafka keys keep their bytes, and RabbitMQ deliveries say their consumer's noAck. Mutations: graphql, the same way.
     if (this.hasMessageHandlers) {
       await loadMicroservices();
       preserveKafkaBytes();
+      recordRmqConsumerAck();
     }
     if (this.hasGraphqlMutations) await requireGraphql();
     await this.settings.store.init?.();

@@ -49,6 +49,7 @@ export { IdempotencyInterceptor } from './idempotency.interceptor';
 export { IdempotencyHttpException, IdempotencyProblemFilter } from './doors/http/problem';
 export type { ProblemDetails } from './doors/http/problem';
 export type { IdempotencyRpcError } from './doors/messages/rpc-exceptions';
+export { IdempotencyGraphqlRefusal } from './doors/graphql/graphql-errors';
 
 // Transactions, the purge, health.
 export { IdempotencyTransaction } from './transaction/idempotency-transaction';

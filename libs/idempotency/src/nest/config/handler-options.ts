@@ -1,10 +1,11 @@
 /**
- * The options of `@Idempotent` and the views a key function sees: types only,
+ * The options of `@Idempotent` (and the list of their keys) and the views a key function sees,
  * so the adapters read them without importing the decorator.
  */
 import type { ExecutionContext } from '@nestjs/common';
 import type { Duration } from '../../core/duration';
 import type { ReconcileHook } from '../../core/policy';
+import { optionKeys } from '../../core/option-keys';
 import type { IdempotencyRmqOptions } from './idempotency.options';
 
 /** The read-only view a key function (or expression) sees for an HTTP request. */
@@ -107,6 +108,24 @@ export interface IdempotentOptions {
    */
   onCompletionFailure?: 'error' | 'return';
 }
+
+/** Every key of `IdempotentOptions` (`tsc` fails when the two disagree); any other is refused at bootstrap. */
+export const IDEMPOTENT_OPTION_KEYS = optionKeys<IdempotentOptions>()([
+  'key',
+  'scope',
+  'lease',
+  'waitTimeout',
+  'ttl',
+  'fingerprint',
+  'required',
+  'rmq',
+  'mode',
+  'completion',
+  'onExpiredLease',
+  'notExecuted',
+  'reconcile',
+  'onCompletionFailure',
+]);
 
 export type IdempotencyMode = 'enforce' | 'observe';
 

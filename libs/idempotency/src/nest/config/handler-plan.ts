@@ -1,13 +1,17 @@
 import { StreamableFile } from '@nestjs/common';
 import { IdempotencyConfigError } from '../../core/errors';
+import { refuseUnknownOptions } from '../../core/option-keys';
 import { compilePolicy, ExecutionPolicy, PolicyOptions } from '../../core/policy';
 import { assertStrictModeSupported } from '../../core/strict';
 import type { FingerprintForm } from '../doors/http/fingerprint';
-import type { IdempotencyRmqOptions } from './idempotency.options';
-import { DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS } from './idempotency.options';
-import type { IdempotentOptions, KeySource } from './handler-options';
+import {
+  DEFAULT_REPLAY_HEADERS,
+  NEVER_STORED_HEADERS,
+  RMQ_OPTION_KEYS,
+} from './idempotency.options';
+import { IDEMPOTENT_OPTION_KEYS, IdempotentOptions, KeySource } from './handler-options';
 import { CompiledKeyExpression, compileKeyExpression } from './key-expression';
-import { compileRmq, ModuleSettings } from './module-settings';
+import { compileRmq, ModuleSettings, RmqRules } from './module-settings';
 import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from '../nest-metadata';
 
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
@@ -44,7 +48,7 @@ export interface HandlerPlan {
   /** RPC: an @EventPattern (no reply) rather than a @MessagePattern. */
   isEvent?: boolean;
   /** RPC: the RabbitMQ settlement rules for this handler. */
-  rmq?: Required<IdempotencyRmqOptions>;
+  rmq?: RmqRules;
 }
 
 /** Which transport a method serves, or undefined when it is not a route or message handler. */
@@ -84,6 +88,8 @@ export function compileHandlerPlan(
 ): HandlerPlan {
   const where = `${classRef.name}.${methodName}`;
   const handler = (classRef.prototype as Record<string, object>)[methodName];
+  refuseUnknownOptions(options, IDEMPOTENT_OPTION_KEYS, where);
+  refuseUnknownOptions(options.rmq, RMQ_OPTION_KEYS, where, 'rmq.');
   if (options.scope !== undefined && typeof options.scope !== 'string') {
     throw new IdempotencyConfigError(`${where}: option "scope" must be a non-empty string`);
   }

@@ -3,6 +3,7 @@ import type { Duration } from '../../core/duration';
 import type { ReconcileHook } from '../../core/policy';
 import type { IdempotencyEvent } from '../../core/events';
 import type { IdempotencyLogger } from '../../core/logger';
+import { optionKeys } from '../../core/option-keys';
 import type { IdempotencyStore } from '../../core/store';
 import type { ReplayCacheOptions } from '../../stores/cache/replay-cache.store';
 import type { RedisIdempotencyStoreFromUrlOptions } from '../../stores/redis/redis.store';
@@ -48,6 +49,19 @@ export interface IdempotencyDefaults {
   onCompletionFailure?: 'error' | 'return';
 }
 
+/** Every key of `IdempotencyDefaults` (`tsc` fails when the two disagree); any other is refused. */
+export const DEFAULTS_OPTION_KEYS = optionKeys<IdempotencyDefaults>()([
+  'lease',
+  'waitTimeout',
+  'ttl',
+  'mode',
+  'completion',
+  'onExpiredLease',
+  'notExecuted',
+  'reconcile',
+  'onCompletionFailure',
+]);
+
 export interface IdempotencyHttpOptions {
   /** Request header carrying the key. Default `Idempotency-Key`. */
   keyHeader?: string;
@@ -72,10 +86,20 @@ export interface IdempotencyHttpOptions {
   openapi?: boolean;
 }
 
+export const HTTP_OPTION_KEYS = optionKeys<IdempotencyHttpOptions>()([
+  'keyHeader',
+  'required',
+  'maxKeyLength',
+  'maxBodyBytes',
+  'replayHeaders',
+  'problemTypes',
+  'openapi',
+]);
+
 /**
  * What happens to a RabbitMQ delivery whose handler does not run. Only when
- * the consumer acknowledges manually (`noAck: false`); with `noAck: true` the
- * broker needs nothing and the library settles nothing.
+ * the consumer acknowledges manually (the transport's `noAck: false`); with
+ * `noAck: true` the broker needs nothing and the library settles nothing.
  *
  * - `ack`: done with it (a replay: its twin already ran).
  * - `requeue`: nack with requeue, after a delay (the twin's remaining lease,
@@ -87,9 +111,11 @@ export type RmqSettlement = 'ack' | 'requeue' | 'dead-letter';
 
 export interface IdempotencyRmqOptions {
   /**
-   * The consumer's own `noAck`, as given to the RMQ transport. Default true,
-   * as Nest's. Set false where the consumer acks itself; per handler with
-   * `@Idempotent({ rmq })` when consumers differ.
+   * The consumer's own `noAck`, for a transport whose setting the library
+   * cannot read (a custom strategy). Nest's RMQ transport says its own
+   * `options.noAck` at each delivery, and that wins: an `rmq.noAck` that
+   * contradicts it is ignored, with a warning. Default true, as Nest's; per
+   * handler with `@Idempotent({ rmq })`.
    */
   noAck?: boolean;
   /** A duplicate answered from the store. Default `ack`. */
@@ -104,12 +130,23 @@ export interface IdempotencyRmqOptions {
   maxRequeueDelayMs?: number;
 }
 
+export const RMQ_OPTION_KEYS = optionKeys<IdempotencyRmqOptions>()([
+  'noAck',
+  'replayed',
+  'inFlight',
+  'unavailable',
+  'rejected',
+  'maxRequeueDelayMs',
+]);
+
 export interface IdempotencyPurgeOptions {
   /** How often each instance purges expired records. Default `PT1H`. */
   interval?: Duration;
   /** Rows deleted per statement; a run repeats batches until one comes back short. Default 1000. */
   batchSize?: number;
 }
+
+export const PURGE_OPTION_KEYS = optionKeys<IdempotencyPurgeOptions>()(['interval', 'batchSize']);
 
 /**
  * A store the module builds from options, and owns: it connects it at
@@ -124,6 +161,8 @@ export interface IdempotencyStoreFromOptions {
    */
   redis: { url: string | readonly string[] } & RedisIdempotencyStoreFromUrlOptions;
 }
+
+export const STORE_FROM_OPTIONS_KEYS = optionKeys<IdempotencyStoreFromOptions>()(['redis']);
 
 export interface IdempotencyModuleOptions {
   /**
@@ -161,9 +200,30 @@ export interface IdempotencyModuleOptions {
    * OpenTelemetry metrics and spans through `@opentelemetry/api` (which must be
    * installed): `true` for the global meter and tracer, or your own.
    */
-  telemetry?: boolean | { meter?: unknown; tracer?: unknown };
+  telemetry?: boolean | IdempotencyTelemetryOptions;
   logger?: IdempotencyLogger;
 }
+
+export interface IdempotencyTelemetryOptions {
+  meter?: unknown;
+  tracer?: unknown;
+}
+
+export const MODULE_OPTION_KEYS = optionKeys<IdempotencyModuleOptions>()([
+  'store',
+  'defaults',
+  'http',
+  'tenant',
+  'sanitize',
+  'rmq',
+  'purge',
+  'cache',
+  'onEvent',
+  'telemetry',
+  'logger',
+]);
+
+export const TELEMETRY_OPTION_KEYS = optionKeys<IdempotencyTelemetryOptions>()(['meter', 'tracer']);
 
 export const DEFAULT_PURGE = { interval: 'PT1H', batchSize: 1000 } as const;
 export const DEFAULT_KEY_HEADER = 'Idempotency-Key';

@@ -1,19 +1,28 @@
 import { parseDuration } from '../../core/duration';
 import { IdempotencyConfigError } from '../../core/errors';
 import { DEFAULT_MAX_KEY_LENGTH } from '../../core/key';
+import { closestOption, printable, refuseUnknownOptions } from '../../core/option-keys';
 import type { IdempotencyStore } from '../../core/store';
+import { REPLAY_CACHE_OPTION_KEYS } from '../../stores/cache/replay-cache.store';
 // Loads no `redis`: only `fromUrl` does, when `store: { redis }` asks for it.
-import { RedisIdempotencyStore } from '../../stores/redis/redis.store';
+import { REDIS_FROM_URL_OPTION_KEYS, RedisIdempotencyStore } from '../../stores/redis/redis.store';
 import {
   DEFAULT_KEY_HEADER,
   DEFAULT_MAX_BODY_BYTES,
   DEFAULT_PURGE,
   DEFAULT_RMQ,
+  DEFAULTS_OPTION_KEYS,
+  HTTP_OPTION_KEYS,
   IdempotencyDefaults,
   IdempotencyModuleOptions,
   IdempotencyRmqOptions,
   IdempotencyStoreFromOptions,
+  MODULE_OPTION_KEYS,
+  PURGE_OPTION_KEYS,
+  RMQ_OPTION_KEYS,
   RmqSettlement,
+  STORE_FROM_OPTIONS_KEYS,
+  TELEMETRY_OPTION_KEYS,
 } from './idempotency.options';
 import { compileTenant, type TenantRule } from './tenant';
 
@@ -31,7 +40,7 @@ export interface ModuleSettings {
   replayHeaders: string[];
   /** The problem document `type` for a refusal's code. */
   problemType: (code: string) => string;
-  rmq: Required<IdempotencyRmqOptions>;
+  rmq: RmqRules;
   /** Document idempotent routes for `@nestjs/swagger`. */
   openapi: boolean;
   purge: { intervalMs: number; batchSize: number } | false;
@@ -41,6 +50,15 @@ export interface ModuleSettings {
 
 /** Throws `IdempotencyConfigError` naming the option, so a typo fails the bootstrap rather than a request. */
 export function compileModuleSettings(given: IdempotencyModuleOptions | undefined): ModuleSettings {
+  // `isGlobal` is the module's extra (see idempotency.module-definition.ts), not an option.
+  const { isGlobal: _extra, ...named } = (given ?? {}) as Record<string, unknown>;
+  refuseUnknownOptions(named, MODULE_OPTION_KEYS, WHERE);
+  refuseUnknownOptions(given?.defaults, DEFAULTS_OPTION_KEYS, WHERE, 'defaults.');
+  refuseUnknownOptions(given?.http, HTTP_OPTION_KEYS, WHERE, 'http.');
+  refuseUnknownOptions(given?.rmq, RMQ_OPTION_KEYS, WHERE, 'rmq.');
+  refuseUnknownOptions(given?.purge, PURGE_OPTION_KEYS, WHERE, 'purge.');
+  refuseUnknownOptions(given?.cache, REPLAY_CACHE_OPTION_KEYS, WHERE, 'cache.');
+  refuseUnknownOptions(given?.telemetry, TELEMETRY_OPTION_KEYS, WHERE, 'telemetry.');
   const store = compileStore(given?.store);
   // compileStore threw if there were no options.
   const options = given as IdempotencyModuleOptions;
@@ -123,8 +141,22 @@ function compileStore(option: IdempotencyModuleOptions['store'] | undefined): Id
   if (typeof (option as IdempotencyStore | undefined)?.tryAcquire === 'function') {
     return option as IdempotencyStore;
   }
+  if (isDataSource(option)) {
+    throw new IdempotencyConfigError(
+      `${WHERE}: option "store" is a TypeORM DataSource, not a store; wrap it: store: new TypeOrmIdempotencyStore(dataSource) (from nest-idempotency/typeorm)`,
+    );
+  }
   if (option && typeof option === 'object' && 'redis' in option) {
+    refuseUnknownOptions(option, STORE_FROM_OPTIONS_KEYS, WHERE, 'store.');
     return redisStoreFrom((option as IdempotencyStoreFromOptions).redis);
+  }
+  const unknown = option && typeof option === 'object' ? Object.keys(option)[0] : undefined;
+  if (unknown !== undefined && Object.getPrototypeOf(option) === Object.prototype) {
+    // A plain object that is no store: store options with a typo ({ redsi: … }), or a store's own options.
+    const near = closestOption(unknown, STORE_FROM_OPTIONS_KEYS);
+    throw new IdempotencyConfigError(
+      `${WHERE}: unknown option "store.${printable(unknown)}"${near ? ` (did you mean "store.${near}"?)` : ''}; option "store" is an IdempotencyStore (such as new TypeOrmIdempotencyStore(dataSource) from nest-idempotency/typeorm) or { redis: { url } }`,
+    );
   }
   throw new IdempotencyConfigError(
     `${WHERE}: option "store" is required (an IdempotencyStore such as new TypeOrmIdempotencyStore(dataSource) from nest-idempotency/typeorm)`,
@@ -137,6 +169,7 @@ function redisStoreFrom(redis: IdempotencyStoreFromOptions['redis'] | undefined)
       `${WHERE}: option "store.redis" must be an object such as { url: 'redis://host:6379' }`,
     );
   }
+  refuseUnknownOptions(redis, ['url', ...REDIS_FROM_URL_OPTION_KEYS], WHERE, 'store.redis.');
   const { url, ...options } = redis;
   if (url === undefined || url === null || url === '') {
     throw new IdempotencyConfigError(
@@ -154,6 +187,13 @@ function redisStoreFrom(redis: IdempotencyStoreFromOptions['redis'] | undefined)
   }
 }
 
+/** A TypeORM `DataSource` (or anything shaped like one), told apart from a store by its `options.type`. */
+function isDataSource(option: unknown): boolean {
+  if (!option || typeof option !== 'object') return false;
+  const candidate = option as { options?: { type?: unknown }; initialize?: unknown };
+  return typeof candidate.initialize === 'function' && typeof candidate.options?.type === 'string';
+}
+
 function compileProblemTypes(option: unknown): (code: string) => string {
   if (option === undefined) return () => 'about:blank';
   if (typeof option === 'function') return option as (code: string) => string;
@@ -165,18 +205,25 @@ function compileProblemTypes(option: unknown): (code: string) => string {
 
 const SETTLEMENTS: readonly RmqSettlement[] = ['ack', 'requeue', 'dead-letter'];
 
+/** The RabbitMQ rules of a handler: `rmq` with its defaults, and whether `noAck` was stated. */
+export interface RmqRules extends Required<IdempotencyRmqOptions> {
+  /** `rmq.noAck` was given (module-wide or on the handler), rather than defaulted. */
+  noAckStated: boolean;
+}
+
 /** Module-level `rmq`, or a handler's own over it; `label` starts the option's name in messages. */
 export function compileRmq(
   rmq: IdempotencyRmqOptions | undefined,
   label: string,
-  base: Required<IdempotencyRmqOptions> = DEFAULT_RMQ,
-): Required<IdempotencyRmqOptions> {
+  base: RmqRules = { ...DEFAULT_RMQ, noAckStated: false },
+): RmqRules {
   const out = { ...base };
   if (!rmq) return out;
   if (rmq.noAck !== undefined) {
     if (typeof rmq.noAck !== 'boolean')
       throw new IdempotencyConfigError(`${label}.noAck" must be true or false`);
     out.noAck = rmq.noAck;
+    out.noAckStated = true;
   }
   for (const name of ['replayed', 'inFlight', 'unavailable', 'rejected'] as const) {
     const value = rmq[name];

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import { performance } from 'node:perf_hooks';
 import { fingerprintsConflict } from '../../core/decide';
+import { optionKeys } from '../../core/option-keys';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -21,6 +22,12 @@ export interface ReplayCacheOptions {
   /** Most bytes of serialized payload kept. Default 64 MiB. */
   maxBytes?: number;
 }
+
+/** Every key of `ReplayCacheOptions` (`tsc` fails when the two disagree); any other is refused. */
+export const REPLAY_CACHE_OPTION_KEYS = optionKeys<ReplayCacheOptions>()([
+  'maxEntries',
+  'maxBytes',
+]);
 
 interface CachedRecord {
   payload: StoredPayload;

@@ -7,6 +7,7 @@ import {
   ObservedRecord,
 } from '../../core/decide';
 import { IdempotencyLeaseLostError } from '../../core/errors';
+import { optionKeys, refuseUnknownOptions } from '../../core/option-keys';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
   AcquireRequest,
@@ -59,6 +60,13 @@ export interface InMemoryIdempotencyStoreOptions {
   now?: () => number;
 }
 
+/** Every key of `InMemoryIdempotencyStoreOptions` (`tsc` fails when the two disagree); any other is refused. */
+export const IN_MEMORY_STORE_OPTION_KEYS = optionKeys<InMemoryIdempotencyStoreOptions>()([
+  'maxPayloadBytes',
+  'maxWaiters',
+  'now',
+]);
+
 /**
  * A single-process store, for tests, development and single-instance
  * services. Waiters are woken the moment the holder completes or releases; a
@@ -79,6 +87,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   };
 
   constructor(options: InMemoryIdempotencyStoreOptions = {}) {
+    refuseUnknownOptions(options, IN_MEMORY_STORE_OPTION_KEYS, 'InMemoryIdempotencyStore');
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;
     this.now = options.now ?? Date.now;

@@ -6,6 +6,7 @@ import {
 } from '../../core/errors';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
+import { optionKeys, refuseUnknownOptions } from '../../core/option-keys';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
   AcquireRequest,
@@ -67,9 +68,32 @@ export interface RedisIdempotencyStoreOptions {
   logger?: IdempotencyLogger;
 }
 
+/** Every key of `RedisIdempotencyStoreOptions` (`tsc` fails when the two disagree); any other is refused. */
+export const REDIS_STORE_OPTION_KEYS = optionKeys<RedisIdempotencyStoreOptions>()([
+  'keyPrefix',
+  'maxPayloadBytes',
+  'maxWaiters',
+  'operationTimeoutMs',
+  'pollIntervalMs',
+  'waitForReplicas',
+  'logger',
+]);
+
+const WAIT_FOR_REPLICAS_KEYS = optionKeys<
+  NonNullable<RedisIdempotencyStoreOptions['waitForReplicas']>
+>()(['replicas', 'timeoutMs']);
+
 /** `RedisIdempotencyStore.fromUrl`'s options: the store's, and how to connect. */
 export type RedisIdempotencyStoreFromUrlOptions = RedisIdempotencyStoreOptions &
   RedisConnectionOptions;
+
+export const REDIS_FROM_URL_OPTION_KEYS = optionKeys<RedisIdempotencyStoreFromUrlOptions>()([
+  ...(REDIS_STORE_OPTION_KEYS as RedisStoreOptionKey[]),
+  'cluster',
+  'connectTimeoutMs',
+  'clientOptions',
+]);
+type RedisStoreOptionKey = keyof RedisIdempotencyStoreOptions;
 
 /** The lease a Redis store hands out: the record's names, computed once at acquisition. */
 interface RedisLease extends Lease {
@@ -129,6 +153,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     url: string | readonly string[],
     options: RedisIdempotencyStoreFromUrlOptions = {},
   ): RedisIdempotencyStore {
+    refuseUnknownOptions(options, REDIS_FROM_URL_OPTION_KEYS, 'RedisIdempotencyStore.fromUrl');
     const { cluster, connectTimeoutMs, clientOptions, ...storeOptions } = options;
     const logger = storeOptions.logger ?? defaultLogger();
     const owned = createOwnedConnection(url, { cluster, connectTimeoutMs, clientOptions }, logger);
@@ -146,6 +171,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         'RedisIdempotencyStore needs a node-redis client: createClient() or createCluster() of the `redis` package',
       );
     }
+    refuseUnknownOptions(options, REDIS_STORE_OPTION_KEYS, 'RedisIdempotencyStore');
+    refuseUnknownOptions(
+      options.waitForReplicas,
+      WAIT_FOR_REPLICAS_KEYS,
+      'RedisIdempotencyStore',
+      'waitForReplicas.',
+    );
     this.keys = new RedisKeys(options.keyPrefix ?? DEFAULT_KEY_PREFIX);
     this.maxPayloadBytes = positive(
       'maxPayloadBytes',

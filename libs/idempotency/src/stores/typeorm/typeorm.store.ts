@@ -7,6 +7,7 @@ import {
 } from '../../core/errors';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
+import { optionKeys, refuseUnknownOptions } from '../../core/option-keys';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
   AcquireRequest,
@@ -72,6 +73,20 @@ export interface TypeOrmIdempotencyStoreOptions {
   logger?: IdempotencyLogger;
 }
 
+/** Every key of `TypeOrmIdempotencyStoreOptions` (`tsc` fails when the two disagree); any other is refused. */
+export const TYPEORM_STORE_OPTION_KEYS = optionKeys<TypeOrmIdempotencyStoreOptions>()([
+  'schema',
+  'table',
+  'ensureSchema',
+  'maxPayloadBytes',
+  'maxWaiters',
+  'operationTimeoutMs',
+  'pollIntervalMs',
+  'crossInstancePollMs',
+  'preparedStatements',
+  'logger',
+]);
+
 /**
  * The store through a TypeORM `DataSource`: PostgreSQL (`postgres`, driver
  * `pg`), MySQL and MariaDB (`mysql` or `mariadb`, driver `mysql2`). Each
@@ -93,6 +108,12 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     private readonly dataSource: DataSource,
     private readonly options: TypeOrmIdempotencyStoreOptions = {},
   ) {
+    if (!dataSource || typeof dataSource !== 'object' || !dataSource.options) {
+      throw new IdempotencyConfigError(
+        `TypeOrmIdempotencyStore: no DataSource was given (got ${dataSource === null ? 'null' : typeof dataSource}, not a TypeORM DataSource); in IdempotencyModule.forRootAsync, add inject: [DataSource] so that useFactory receives it: forRootAsync({ inject: [DataSource], useFactory: (dataSource: DataSource) => ({ store: new TypeOrmIdempotencyStore(dataSource) }) })`,
+      );
+    }
+    refuseUnknownOptions(options, TYPEORM_STORE_OPTION_KEYS, 'TypeOrmIdempotencyStore');
     const type = dataSource.options.type;
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;

@@ -1,3 +1,4 @@
+import { IntrinsicException } from '@nestjs/common';
 import { IdempotencyConfigError } from '../../../core/errors';
 import { optionalPeer, preloadOptionalPeer } from '../../../core/optional-peer';
 
@@ -36,26 +37,41 @@ export const GRAPHQL_CODES = {
 export type GraphqlRefusalCode = keyof typeof GRAPHQL_CODES;
 
 /**
- * A refusal as a GraphQL error: `extensions.code` (e.g. `IDEMPOTENCY_IN_FLIGHT`)
- * and, where a retry can succeed, `extensions.retryAfterMs`.
+ * A refusal as an `@Idempotent` mutation throws it: the client's mistake (no
+ * key, a key reused with other arguments) or a retry hint, never a server
+ * error. An `IntrinsicException`, so Nest's exception handling does not log it
+ * as one, with its stack; it carries GraphQL `extensions` (`code`, e.g.
+ * `IDEMPOTENCY_IN_FLIGHT`, and `retryAfterMs` where a retry can succeed), which
+ * graphql-js puts on the `GraphQLError` the client receives (this error is its
+ * `originalError`). `@Catch(IdempotencyGraphqlRefusal)` catches it in a filter.
  */
+export class IdempotencyGraphqlRefusal extends IntrinsicException {
+  readonly code: string;
+  readonly extensions: { code: string; retryAfterMs?: number };
+
+  constructor(message: string, extensions: { code: string; retryAfterMs?: number }) {
+    super(message);
+    this.name = 'IdempotencyGraphqlRefusal';
+    this.code = extensions.code;
+    this.extensions = extensions;
+  }
+}
+
+/** A refusal as a GraphQL error: `extensions.code` and, where a retry can succeed, `extensions.retryAfterMs`. */
 export function graphqlRefusal(
   code: GraphqlRefusalCode,
   message: string,
   retryAfterMs?: number,
 ): Error {
-  const { GraphQLError } = graphqlModule();
-  return new GraphQLError(message, {
-    extensions: {
-      code: GRAPHQL_CODES[code],
-      ...(retryAfterMs === undefined ? {} : { retryAfterMs: Math.max(1, Math.ceil(retryAfterMs)) }),
-    },
+  return new IdempotencyGraphqlRefusal(message, {
+    code: GRAPHQL_CODES[code],
+    ...(retryAfterMs === undefined ? {} : { retryAfterMs: Math.max(1, Math.ceil(retryAfterMs)) }),
   });
 }
 
 /** True for an error `graphqlRefusal` made. */
 export function isGraphqlRefusal(error: unknown): boolean {
-  return loaded !== undefined && error instanceof loaded.GraphQLError;
+  return error instanceof IdempotencyGraphqlRefusal;
 }
 
 /** Loads `graphql` at bootstrap (with `import()` where `require` cannot), failing it when the package is missing, rather than the first mutation. */

@@ -12,7 +12,7 @@ import { toPlain } from '../../plain-value';
 import { replayedValue } from '../../replayed-value';
 import { messageView } from './message-view';
 import { microservices } from './microservices';
-import { settleDelivery } from './rmq-settlement';
+import { consumerNoAck, settleDelivery } from './rmq-settlement';
 import { rpcExceptions } from './rpc-exceptions';
 import { Door, invalidKey } from '../door';
 
@@ -23,11 +23,15 @@ import { Door, invalidKey } from '../door';
  * deliveries settled when their handler does not run.
  */
 export class MessageDoor extends Door {
+  /** Handlers whose stated `rmq.noAck` was found to contradict their consumer's: said once each. */
+  private readonly noAckContradictions = new Set<string>();
+
   protected async serve(
     context: ExecutionContext,
     next: CallHandler,
     plan: HandlerPlan,
   ): Promise<unknown> {
+    this.checkNoAck(context, plan);
     const source: RpcKeySource = {
       type: 'rpc',
       data: context.switchToRpc().getData(),
@@ -185,12 +189,15 @@ export class MessageDoor extends Door {
       `${plan.where}: delivery refused (idempotency-outcome-unknown): ${error.keyDigest} is AMBIGUOUS since ${error.since.toISOString()}`,
     );
     settleDelivery(context, plan.rmq!, 'rejected');
+    // An event has no caller to answer: thrown, Nest would only log it again, with its stack.
+    if (plan.isEvent) return null;
     throw rpcExceptions().outcomeUnknown(error);
   }
 
   /**
    * A message that can never succeed as sent. A request is answered with the
-   * error; a RabbitMQ delivery is settled by the handler's rules; a Kafka event
+   * error; a RabbitMQ delivery is settled by the handler's rules; an event is
+   * not thrown (one warning line says why it was refused), and a Kafka event
    * is skipped (its offset committed) with an error in the log, since
    * throwing would make kafkajs retry it forever and stall its partition.
    */
@@ -208,7 +215,26 @@ export class MessageDoor extends Door {
     }
     this.logger.warn(`${plan.where}: delivery refused (${code}): ${message}`);
     settleDelivery(context, plan.rmq!, 'rejected');
+    // An event has no caller to answer: thrown, Nest would only log it again, with its stack.
+    if (plan.isEvent) return null;
     throw rpcExceptions().rejected(code, message);
+  }
+
+  /**
+   * The consumer's own `noAck` (the RMQ transport's `options.noAck`) decides
+   * whether a delivery is settled; an `rmq.noAck` that says otherwise is
+   * ignored, and the first such delivery of each handler says which setting
+   * to change, in one line.
+   */
+  private checkNoAck(context: ExecutionContext, plan: HandlerPlan): void {
+    const rules = plan.rmq;
+    if (!rules?.noAckStated || this.noAckContradictions.has(plan.where)) return;
+    const actual = consumerNoAck(context);
+    if (actual === undefined || actual === rules.noAck) return;
+    this.noAckContradictions.add(plan.where);
+    this.logger.warn(
+      `${plan.where}: rmq.noAck is ${rules.noAck}, but its RabbitMQ consumer has noAck: ${actual} (the RMQ transport's options.noAck), which wins: ${actual ? 'the library settles none of its deliveries' : 'the library acks or nacks the deliveries whose handler does not run'}. Remove rmq.noAck (the library reads the transport's own), or set the transport's options.noAck to ${rules.noAck} if that is what the consumer needs`,
+    );
   }
 
   private isKafkaEvent(context: ExecutionContext, plan: HandlerPlan): boolean {
