@@ -6,5 +6,7 @@
 // First: records that this build is loaded (see core/loaded-builds.ts).
 import './core/loaded-builds';
 export * from './core/index';
-export * from './stores/memory/in-memory.store';
-export * from './stores/cache/replay-cache.store';
+export { InMemoryIdempotencyStore } from './stores/memory/in-memory.store';
+export type { InMemoryIdempotencyStoreOptions } from './stores/memory/in-memory.store';
+export { ReplayCachingStore } from './stores/cache/replay-cache.store';
+export type { ReplayCacheOptions } from './stores/cache/replay-cache.store';
