@@ -1,7 +1,7 @@
 import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import type { IdempotencyEngine } from '../../core/engine';
-import type { IdempotencyKeyError } from '../../core/errors';
+import { IdempotencyKeyError } from '../../core/errors';
 import type {
   CallIdentity,
   CallOutcome,
@@ -11,6 +11,8 @@ import type {
 } from '../../core/lifecycle';
 import type { IdempotencyLogger } from '../../core/logger';
 import type { HandlerPlan } from '../config/handler-plan';
+import type { KeySource } from '../config/handler-options';
+import { evaluateKey } from '../config/key-resolver';
 import type { ModuleSettings } from '../config/module-settings';
 import { handleNext, HandlerEntry } from './handler-entry';
 import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
@@ -122,4 +124,23 @@ export function invalidKey(error: IdempotencyKeyError | string): CallIdentity {
 /** The key option in a refusal's words: `'order:{body.id}'`, or `a function`. */
 export function keySourceText(plan: HandlerPlan): string {
   return plan.key.kind === 'expression' ? `'${plan.key.expression.source}'` : 'a function';
+}
+
+/**
+ * The key a handler's template or key function yields from `source`
+ * (`undefined`: none), or the refusal when the library judges the key
+ * invalid. Only the library's own verdict is the caller's fault: a key
+ * function's bug propagates as it is.
+ */
+export function keyFromSource(
+  plan: HandlerPlan,
+  source: KeySource,
+): { key: string | undefined } | { refused: CallIdentity } {
+  try {
+    const resolved = evaluateKey(plan, source);
+    return { key: resolved.kind === 'key' ? resolved.key : undefined };
+  } catch (error) {
+    if (!(error instanceof IdempotencyKeyError)) throw error;
+    return { refused: invalidKey(error) };
+  }
 }

@@ -2,7 +2,6 @@ import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import type { GraphQLResolveInfo } from 'graphql';
 import { createHash } from 'node:crypto';
 import stringify from 'safe-stable-stringify';
-import { IdempotencyKeyError } from '../../../core/errors';
 import type { CallIdentity, CallOutcome } from '../../../core/lifecycle';
 import { encodeValue } from '../../../core/payload';
 import type { Refusal } from '../../../core/refusal';
@@ -11,9 +10,8 @@ import type { GraphqlKeySource } from '../../config/handler-options';
 import { graphqlRefusal } from './graphql-errors';
 import { readKeyHeader } from '../http/key-header';
 import type { StoredRpcResult } from '../../config/idempotency.options';
-import { evaluateKey } from '../../config/key-resolver';
 import { replayedValue } from '../../replayed-value';
-import { Door, invalidKey, keySourceText } from '../door';
+import { Door, invalidKey, keyFromSource, keySourceText } from '../door';
 import { captureResult, replayResult } from './graphql-result';
 
 /** What the drivers put in the GraphQL context: `req` always (Apollo, Mercurius), `reply` on Mercurius. */
@@ -127,14 +125,9 @@ export class GraphqlDoor extends Door {
       if (header.kind === 'invalid') return invalidKey(`${plan.where}: ${header.reason}`);
       if (header.kind === 'key') key = header.key;
     } else {
-      try {
-        const resolved = evaluateKey(plan, source);
-        if (resolved.kind === 'key') key = resolved.key;
-      } catch (error) {
-        // Only the library's own verdict is the client's fault; a key function's bug is not.
-        if (!(error instanceof IdempotencyKeyError)) throw error;
-        return invalidKey(error);
-      }
+      const found = keyFromSource(plan, source);
+      if ('refused' in found) return found.refused;
+      key = found.key;
     }
     return this.identity(context, key, () => fingerprintOf(plan, source, info), source.user);
   }

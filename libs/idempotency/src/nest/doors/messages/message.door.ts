@@ -1,5 +1,4 @@
 import type { CallHandler, ExecutionContext } from '@nestjs/common';
-import { IdempotencyKeyError } from '../../../core/errors';
 import type { CallIdentity } from '../../../core/lifecycle';
 import { encodeValue } from '../../../core/payload';
 import type { Refusal } from '../../../core/refusal';
@@ -7,14 +6,13 @@ import type { StoredPayload } from '../../../core/store';
 import type { HandlerPlan } from '../../config/handler-plan';
 import type { RpcKeySource } from '../../config/handler-options';
 import type { StoredRpcResult } from '../../config/idempotency.options';
-import { evaluateKey } from '../../config/key-resolver';
 import { toPlain } from '../../plain-value';
 import { replayedValue } from '../../replayed-value';
 import { messageView } from './message-view';
 import { microservices } from './microservices';
 import { consumerNoAck, settleDelivery } from './rmq-settlement';
 import { rpcExceptions } from './rpc-exceptions';
-import { Door, invalidKey } from '../door';
+import { Door, keyFromSource } from '../door';
 
 /**
  * Message handlers (`@MessagePattern`, `@EventPattern`): the key from the
@@ -69,15 +67,9 @@ export class MessageDoor extends Door {
     source: RpcKeySource,
     context: ExecutionContext,
   ): CallIdentity {
-    let key: string | undefined;
-    try {
-      const resolved = evaluateKey(plan, source);
-      if (resolved.kind === 'key') key = resolved.key;
-    } catch (error) {
-      // Only the library's own verdict is the message's fault; a key function's bug is not.
-      if (!(error instanceof IdempotencyKeyError)) throw error;
-      return invalidKey(error);
-    }
+    const found = keyFromSource(plan, source);
+    if ('refused' in found) return found.refused;
+    const { key } = found;
     const fingerprint =
       plan.fingerprint === false || plan.fingerprint === 'default'
         ? () => null
