@@ -164,22 +164,19 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
       );
     });
 
-    it('fails the bootstrap when the server cannot be reached, within connectTimeoutMs, without the password', async () => {
+    it('fails the bootstrap at once when nothing listens at the address, without the password', async () => {
       const port = await closedPort();
+      // Far beyond the test's own timeout: a refused connection must not wait for it.
       const moduleRef = await compile({
-        redis: { url: `redis://app:${PASSWORD}@127.0.0.1:${port}`, connectTimeoutMs: 300 },
+        redis: { url: `redis://app:${PASSWORD}@127.0.0.1:${port}`, connectTimeoutMs: 600_000 },
       });
-      const started = Date.now();
       const error = await moduleRef.init().then(
         () => new Error('the module started'),
         (e: Error) => e,
       );
-      expect(Date.now() - started).toBeLessThan(3000);
       expect(error).toBeInstanceOf(IdempotencyStoreUnavailableError);
       expect(error.message).toMatch(
-        new RegExp(
-          `^cannot connect to Redis at 127\\.0\\.0\\.1:${port} within 300 ms: .*ECONNREFUSED`,
-        ),
+        new RegExp(`^cannot connect to Redis at 127\\.0\\.0\\.1:${port}: .*ECONNREFUSED`),
       );
       expect(error.message).not.toContain(PASSWORD);
       expect(moduleRef.get(IdempotencyStore).constructor).toBe(RedisIdempotencyStore);
