@@ -12,3 +12,4 @@ export * from './policy';
 export * from './store';
 export * from './wait-loop';
 export * from './waiters';
+export * from './store-input';

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import { performance } from 'node:perf_hooks';
 import { fingerprintsConflict } from '../../core/decide';
+import { checkAcquireRequest } from '../../core/store-input';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -74,7 +75,9 @@ export class ReplayCachingStore implements IdempotencyStore {
     });
   }
 
-  async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  async tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
+    // Checked before the cache answers: a replay from memory refuses what the store would.
+    const request = checkAcquireRequest(given);
     const cacheKey = keyOf(request);
     const hit = this.cache.get(cacheKey);
     if (hit) {

@@ -9,6 +9,15 @@ import {
 import { IdempotencyLeaseLostError } from '../../core/errors';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
+  checkAcquireRequest,
+  checkLease,
+  checkListFilter,
+  checkPayload,
+  checkPurgeOptions,
+  checkRecordId,
+  checkResolution,
+} from '../../core/store-input';
+import {
   AcquireRequest,
   AcquireResult,
   AmbiguityReason,
@@ -84,7 +93,13 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     this.now = options.now ?? Date.now;
   }
 
-  tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
+    let request: AcquireRequest;
+    try {
+      request = checkAcquireRequest(given);
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
     const id = idOf(request);
     // The look is synchronous, so nothing can complete or release the record between
     // it and the answer: only a record in flight needs the shared wait loop (and its
@@ -106,6 +121,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    checkLease(lease, 'complete');
+    checkPayload(payload, 'complete');
     assertPayloadSize(payload, this.maxPayloadBytes);
     const { id } = lease as MemoryLease;
     const record = this.held(id, lease, 'complete');
@@ -121,6 +138,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async release(lease: Lease): Promise<void> {
+    checkLease(lease, 'release');
     const { id } = lease as MemoryLease;
     this.held(id, lease, 'release');
     this.records.delete(id);
@@ -128,6 +146,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    checkLease(lease, 'markAmbiguous');
     const { id } = lease as MemoryLease;
     const record = this.held(id, lease, 'markAmbiguous');
     toAmbiguous(record, reason, this.now());
@@ -135,6 +154,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    checkResolution(id, resolution);
     if (resolution.outcome === 'completed') {
       assertPayloadSize(resolution.payload, this.maxPayloadBytes);
     }
@@ -161,6 +181,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async extend(lease: Lease): Promise<boolean> {
+    checkLease(lease, 'extend');
     const record = this.records.get((lease as MemoryLease).id);
     if (!record || record.state !== 'IN_PROGRESS' || record.leaseId !== lease.leaseId) return false;
     record.leaseExpiresAt = this.now() + lease.leaseMs;
@@ -168,6 +189,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async purgeExpired(options: { limit?: number } = {}): Promise<number> {
+    checkPurgeOptions(options);
     const limit = options.limit ?? DEFAULT_PURGE_BATCH;
     const now = this.now();
     let purged = 0;
@@ -182,11 +204,13 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async find(id: RecordId): Promise<IdempotencyRecordView | null> {
+    checkRecordId(id, 'find');
     const record = this.records.get(idOf(id));
     return record ? this.view(record) : null;
   }
 
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
+    checkListFilter(filter);
     const limit = filter.limit ?? 100;
     const out: IdempotencyRecordView[] = [];
     const sorted = [...this.records.values()].sort((a, b) => b.createdAt - a.createdAt);

@@ -8,6 +8,15 @@ import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
+  checkAcquireRequest,
+  checkLease,
+  checkListFilter,
+  checkPayload,
+  checkPurgeOptions,
+  checkRecordId,
+  checkResolution,
+} from '../../core/store-input';
+import {
   AcquireRequest,
   AcquireResult,
   AmbiguityReason,
@@ -229,7 +238,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return this.commands.ping();
   }
 
-  async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  async tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
+    const request = checkAcquireRequest(given);
     const names = this.keys.record(request.scope, request.key);
     const leaseId = randomUUID();
     const lease: RedisLease = {
@@ -305,6 +315,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    checkLease(lease, 'complete');
+    checkPayload(payload, 'complete');
     assertPayloadSize(payload, this.maxPayloadBytes);
     const { names, leaseId, ttlMs } = lease as RedisLease;
     const outcome = await this.script('complete', COMPLETE, names.key, [
@@ -322,6 +334,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async release(lease: Lease): Promise<void> {
+    checkLease(lease, 'release');
     const { names, leaseId } = lease as RedisLease;
     const outcome = await this.script('release', RELEASE, names.key, [
       leaseId,
@@ -336,6 +349,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    checkLease(lease, 'markAmbiguous');
     const { names, leaseId } = lease as RedisLease;
     const outcome = await this.script('markAmbiguous', MARK_AMBIGUOUS, names.key, [
       leaseId,
@@ -351,6 +365,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    checkResolution(id, resolution);
     const completed = resolution.outcome === 'completed';
     if (completed) assertPayloadSize(resolution.payload, this.maxPayloadBytes);
     const names = this.keys.record(id.scope, id.key);
@@ -377,6 +392,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async extend(lease: Lease): Promise<boolean> {
+    checkLease(lease, 'extend');
     const { names, leaseId, leaseMs } = lease as RedisLease;
     const outcome = await this.script('extend', EXTEND, names.key, [leaseId, String(leaseMs)]);
     return Number(outcome) === 1;
@@ -387,11 +403,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * at the later of its TTL and its lease), so there is never anything left
    * to purge: returns 0 without a round trip.
    */
-  async purgeExpired(_options: { limit?: number } = {}): Promise<number> {
+  async purgeExpired(options: { limit?: number } = {}): Promise<number> {
+    checkPurgeOptions(options);
     return 0;
   }
 
   async find(id: RecordId): Promise<IdempotencyRecordView | null> {
+    checkRecordId(id, 'find');
     return this.view(this.keys.record(id.scope, id.key).key);
   }
 
@@ -403,6 +421,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * the answer: an operator's tool, not a request path.
    */
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
+    checkListFilter(filter);
     const limit = filter.limit ?? 100;
     if (limit <= 0) return [];
     const pattern = this.keys.pattern(filter.scope);

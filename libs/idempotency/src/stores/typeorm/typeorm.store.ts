@@ -9,6 +9,15 @@ import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
+  checkAcquireRequest,
+  checkLease,
+  checkListFilter,
+  checkPayload,
+  checkPurgeOptions,
+  checkRecordId,
+  checkResolution,
+} from '../../core/store-input';
+import {
   AcquireRequest,
   AcquireResult,
   AmbiguityReason,
@@ -174,7 +183,13 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     return this.dialect.ping();
   }
 
-  tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
+    let request: AcquireRequest;
+    try {
+      request = checkAcquireRequest(given);
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
     // Prepared: straight on, without a turn of the event loop for init().
     return this.prepared ? this.acquire(request) : this.init().then(() => this.acquire(request));
   }
@@ -205,6 +220,8 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    checkLease(lease, 'complete');
+    checkPayload(payload, 'complete');
     assertPayloadSize(payload, this.maxPayloadBytes);
     await this.init();
     if (!(await this.dialect.complete(lease as SqlLease, payload))) {
@@ -223,6 +240,8 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   readonly transactional: TransactionalCompletion<EntityManager> = {
     transaction: (work) => this.dataSource.transaction((manager) => work(manager)),
     completeIn: async (tx, lease, payload) => {
+      checkLease(lease, 'completeIn');
+      checkPayload(payload, 'completeIn');
       assertPayloadSize(payload, this.maxPayloadBytes);
       await this.init();
       const runner = tx.queryRunner;
@@ -252,6 +271,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   };
 
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    checkLease(lease, 'markAmbiguous');
     await this.init();
     if (!(await this.dialect.markAmbiguous(lease as SqlLease, reason))) {
       throw new IdempotencyLeaseLostError(
@@ -261,6 +281,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    checkResolution(id, resolution);
     if (resolution.outcome === 'completed') {
       assertPayloadSize(resolution.payload, this.maxPayloadBytes);
     }
@@ -269,6 +290,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   async release(lease: Lease): Promise<void> {
+    checkLease(lease, 'release');
     await this.init();
     if (!(await this.dialect.release(lease as SqlLease))) {
       throw new IdempotencyLeaseLostError(
@@ -278,11 +300,13 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   async extend(lease: Lease): Promise<boolean> {
+    checkLease(lease, 'extend');
     await this.init();
     return this.dialect.extend(lease as SqlLease);
   }
 
   async purgeExpired(options: { limit?: number } = {}): Promise<number> {
+    checkPurgeOptions(options);
     await this.init();
     return this.dialect.purge(options.limit ?? DEFAULT_PURGE_BATCH);
   }
@@ -292,16 +316,19 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
    * same rule, without deleting or locking anything: a purge's dry run.
    */
   async countExpired(options: { limit?: number } = {}): Promise<number> {
+    checkPurgeOptions(options, 'countExpired');
     await this.init();
     return this.dialect.countExpired(options.limit ?? null);
   }
 
   async find(id: RecordId): Promise<IdempotencyRecordView | null> {
+    checkRecordId(id, 'find');
     await this.init();
     return this.dialect.find(recordRef(id.scope, id.key));
   }
 
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
+    checkListFilter(filter);
     await this.init();
     return this.dialect.list(filter);
   }

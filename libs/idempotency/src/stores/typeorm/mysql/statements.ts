@@ -72,6 +72,17 @@ export interface MysqlStatements {
   poll: Statement;
 }
 
+/**
+ * An exact comparison of a text column with a value: byte for byte, trailing
+ * spaces included. utf8mb4_bin and ascii_bin are PAD SPACE collations (MySQL
+ * before 8.0's _0900 ones, every MariaDB), under which `'acme' = 'acme '` is
+ * true; binary strings are never padded. Written beside the plain `=`, which
+ * an index on the column (if one is ever added) can still narrow with.
+ */
+export function exactly(column: string, value: string): string {
+  return `CAST(${column} AS BINARY) = CAST(${value} AS BINARY)`;
+}
+
 /** ../../../core/decide.ts isStealable, in SQL, on the row as it was. */
 const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW}) OR (state = 'COMPLETE' AND expires_at <= ${NOW}))`;
 /** ../../../core/decide.ts isPurgeable: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease; AMBIGUOUS never. */
@@ -236,9 +247,12 @@ export function buildMysqlStatements(
       `SELECT COUNT(*) AS expired FROM (SELECT 1 FROM ${t} WHERE ${PURGEABLE} LIMIT {limit}) AS due`,
     ),
     find: statement(`SELECT ${VIEW_COLUMNS} FROM ${t} WHERE id = {id}`),
+    // utf8mb4_bin and ascii_bin are PAD SPACE collations: `=` alone would take 'acme '
+    // for 'acme'. The byte comparison beside it makes the match exact (see `exactly`).
     list: statement(
       `SELECT ${VIEW_COLUMNS} FROM ${t}
-      WHERE ({scope} IS NULL OR scope = {scope}) AND ({state} IS NULL OR state = {state})
+      WHERE ({scope} IS NULL OR (scope = {scope} AND ${exactly('scope', '{scope}')}))
+        AND ({state} IS NULL OR (state = {state} AND ${exactly('state', '{state}')}))
       ORDER BY created_at DESC
       LIMIT {limit}`,
     ),
