@@ -6,7 +6,8 @@ import {
   isStealable,
   ObservedRecord,
 } from '../../core/decide';
-import { IdempotencyLeaseLostError } from '../../core/errors';
+import { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from '../../core/byte-probe';
+import { IdempotencyLeaseLostError, IdempotencyStoreSchemaError } from '../../core/errors';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
 import {
   checkAcquireRequest,
@@ -91,6 +92,40 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;
     this.now = options.now ?? Date.now;
+  }
+
+  /**
+   * Proves, as every built-in store does at `init()`, that a payload comes back
+   * byte for byte: `PROBE_BYTES` stored under a record of its own, replayed,
+   * read, and deleted.
+   */
+  async init(): Promise<void> {
+    const key = randomUUID();
+    const request: AcquireRequest = {
+      scope: PROBE_SCOPE,
+      key,
+      leaseMs: PROBE_TTL_MS,
+      ttlMs: PROBE_TTL_MS,
+      waitTimeoutMs: 0,
+      fingerprint: null,
+    };
+    try {
+      const acquired = await this.tryAcquire(request);
+      if (acquired.kind !== 'acquired') throw new Error(`the probe's record was ${acquired.kind}`);
+      await this.complete(acquired.lease, PROBE_BYTES);
+      const replayed = await this.tryAcquire(request);
+      const found = await this.find({ scope: PROBE_SCOPE, key });
+      const mismatch =
+        probeMismatch(replayed.kind === 'duplicate' ? replayed.payload : null) ??
+        probeMismatch(found?.payload);
+      if (mismatch) throw new Error(mismatch);
+    } catch (error) {
+      throw new IdempotencyStoreSchemaError(
+        `InMemoryIdempotencyStore: stored bytes do not come back unchanged: ${(error as Error).message}`,
+      );
+    } finally {
+      this.records.delete(idOf({ scope: PROBE_SCOPE, key }));
+    }
   }
 
   tryAcquire(given: AcquireRequest): Promise<AcquireResult> {

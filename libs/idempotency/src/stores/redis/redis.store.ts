@@ -4,6 +4,7 @@ import {
   IdempotencyLeaseLostError,
   IdempotencyStoreSchemaError,
 } from '../../core/errors';
+import { PROBE_BYTES, PROBE_TTL_MS, probeMismatch } from '../../core/byte-probe';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
@@ -35,7 +36,15 @@ import {
 import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
 import { fingerprintsConflict } from '../../core/decide';
-import { isCluster, isNoScript, RedisCommands, RedisIdempotencyClient } from './client';
+import {
+  clientPackageOf,
+  isCluster,
+  isNoScript,
+  RedisCommands,
+  RedisIdempotencyClient,
+  SUPPORTED_NODE_REDIS,
+  takesTypeMapping,
+} from './client';
 import { DEFAULT_KEY_PREFIX, RecordNames, RedisKeys } from './keys';
 import {
   ACQUIRE,
@@ -553,6 +562,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   private async prepare(): Promise<void> {
+    this.checkClient();
     const minimum = this.cluster ? MIN_CLUSTER : MIN_STANDALONE;
     for (const node of await this.commands.masters('init')) {
       const info = text((await this.commands.sendTo(node, 'init', ['INFO', 'server'])) as Buffer);
@@ -569,6 +579,42 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       for (const script of SCRIPTS) {
         await this.commands.sendTo(node, 'init', ['SCRIPT', 'LOAD', script.source]);
       }
+    }
+    await this.proveBytes();
+  }
+
+  /** A client that cannot hand back bytes (node-redis 4 or older) would corrupt every stored result. */
+  private checkClient(): void {
+    if (takesTypeMapping(this.client)) return;
+    const found = clientPackageOf(this.client);
+    throw new IdempotencyConfigError(
+      `RedisIdempotencyStore: the Redis client is ${found ? `from ${found}` : 'node-redis 4 or older'}, which decodes every reply as text (stored results would not come back byte for byte); supported: ${SUPPORTED_NODE_REDIS}`,
+    );
+  }
+
+  /**
+   * Writes `PROBE_BYTES` under a key of its own (expiring by Redis's clock)
+   * and reads them back through the same client and command options as every
+   * payload, then deletes the key: a client or proxy that does not keep bytes
+   * as they are fails the start, not every replay later.
+   */
+  private async proveBytes(): Promise<void> {
+    const key = `${this.keys.prefix}probe:{${randomUUID()}}`;
+    let failed = true;
+    try {
+      await this.commands.send('init', key, ['SET', key, PROBE_BYTES, 'PX', String(PROBE_TTL_MS)]);
+      const mismatch = probeMismatch(await this.commands.send('init', key, ['GET', key]));
+      if (mismatch) {
+        const found = clientPackageOf(this.client);
+        throw new IdempotencyConfigError(
+          `RedisIdempotencyStore: stored bytes do not come back unchanged through this Redis client${found ? ` (${found})` : ''}: ${mismatch}; supported: ${SUPPORTED_NODE_REDIS}`,
+        );
+      }
+      failed = false;
+    } finally {
+      await this.commands.send('init', key, ['DEL', key]).catch((error: unknown) => {
+        if (!failed) throw error;
+      });
     }
   }
 }

@@ -5,6 +5,7 @@ import {
   IdempotencyLeaseLostError,
   IdempotencyStoreSchemaError,
 } from '../../core/errors';
+import { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from '../../core/byte-probe';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
@@ -340,6 +341,68 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       );
     }
     await this.dialect.prepare(this.options.ensureSchema ?? false);
+    await this.proveBytes();
+  }
+
+  /**
+   * Writes `PROBE_BYTES` as a record of its own (acquired and completed as any
+   * other, its lease and TTL on the database's clock) and reads it back as a
+   * replay and as `find` would, then deletes it: a payload column, driver or
+   * connection setting that does not keep bytes as they are fails the start,
+   * not every replay later. A probe record left behind (the process died
+   * meanwhile) expires within a minute and is purged as any other.
+   */
+  private async proveBytes(): Promise<void> {
+    const record = recordRef(PROBE_SCOPE, randomUUID());
+    const request: AcquireRequest = {
+      scope: record.scope,
+      key: record.key,
+      leaseMs: PROBE_TTL_MS,
+      ttlMs: PROBE_TTL_MS,
+      waitTimeoutMs: 0,
+      fingerprint: null,
+    };
+    const lease: SqlLease = {
+      id: record.id,
+      idHex: record.idHex,
+      leaseId: randomUUID(),
+      leaseMs: PROBE_TTL_MS,
+      ttlMs: PROBE_TTL_MS,
+    };
+    const look = async () => {
+      const attempt = await this.dialect.beginAcquire(record, request, lease);
+      try {
+        return await attempt.look(false);
+      } finally {
+        attempt.end();
+      }
+    };
+    let failed = true;
+    try {
+      const acquired = await look();
+      if (acquired.kind !== 'acquired' || !(await this.dialect.complete(lease, PROBE_BYTES))) {
+        throw new IdempotencyStoreSchemaError(
+          `TypeOrmIdempotencyStore: the byte probe at init() could not write its own record in ${this.dialect.product}`,
+        );
+      }
+      const replayed = await look();
+      const found = await this.dialect.find(record);
+      const mismatch =
+        probeMismatch(replayed.kind === 'record' ? replayed.record.payload : null) ??
+        probeMismatch(found?.payload);
+      if (mismatch) {
+        throw new IdempotencyStoreSchemaError(
+          `TypeOrmIdempotencyStore: ${this.dialect.product} does not hand stored bytes back unchanged: ${mismatch}. Check the payload column's type (bytea on PostgreSQL, LONGBLOB on MySQL and MariaDB) and the driver's settings`,
+        );
+      }
+      failed = false;
+    } finally {
+      // Whatever happened: the probe leaves no record (a failure to delete it
+      // matters only when nothing failed before).
+      await this.dialect.forget(record).catch((error: unknown) => {
+        if (!failed) throw error;
+      });
+    }
   }
 }
 

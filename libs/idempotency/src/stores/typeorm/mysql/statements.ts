@@ -67,6 +67,8 @@ export interface MysqlStatements {
   purge: Statement;
   countExpired: Statement;
   find: Statement;
+  /** Deletes a record whatever its state: only the byte probe at `init()` uses it, on its own record. */
+  forget: Statement;
   list: Statement;
   /** The current lease of the records duplicates wait on (./wake-poller.ts); `{ids}` is a list. */
   poll: Statement;
@@ -247,6 +249,7 @@ export function buildMysqlStatements(
       `SELECT COUNT(*) AS expired FROM (SELECT 1 FROM ${t} WHERE ${PURGEABLE} LIMIT {limit}) AS due`,
     ),
     find: statement(`SELECT ${VIEW_COLUMNS} FROM ${t} WHERE id = {id}`),
+    forget: statement(`DELETE FROM ${t} WHERE id = {id}`),
     // utf8mb4_bin and ascii_bin are PAD SPACE collations: `=` alone would take 'acme '
     // for 'acme'. The byte comparison beside it makes the match exact (see `exactly`).
     list: statement(
