@@ -13,3 +13,4 @@ export * from './store';
 export * from './wait-loop';
 export * from './waiters';
 export * from './store-input';
+export * from './byte-probe';
