@@ -50,6 +50,8 @@ export function sqlBackend(connection: SqlConnection): Backend {
       schema: connection.schema,
       table: connection.table,
       operationTimeoutMs: connection.timeoutMs,
+      // The CLI's reads write nothing, not even init()'s byte probe.
+      byteProbe: false,
       logger: quietLogger,
     });
 

@@ -82,6 +82,13 @@ export interface RedisIdempotencyStoreOptions {
    * replication delay; see docs/redis.md. Default: off.
    */
   waitForReplicas?: { replicas: number; timeoutMs: number };
+  /**
+   * Prove at `init()` that a payload comes back byte for byte (0x00, 0xff,
+   * invalid UTF-8), with a short-lived key of its own, deleted afterwards.
+   * Default true. Off, `init()` writes nothing: for read-only tools (the CLI's
+   * reads) and read-only logins.
+   */
+  byteProbe?: boolean;
   logger?: IdempotencyLogger;
 }
 
@@ -125,6 +132,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   private readonly replicas?: { replicas: number; timeoutMs: number };
   private readonly logger: IdempotencyLogger;
   private readonly publish: 'PUBLISH' | 'SPUBLISH';
+  private readonly byteProbe: boolean;
   private ready?: Promise<void>;
   /** Strict mode: AMBIGUOUS records are kept with no expiry (PERSIST) until resolved. */
   readonly strictMode: StrictModeSupport = {
@@ -185,6 +193,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       this.replicas = { replicas, timeoutMs };
     }
     this.logger = options.logger ?? defaultLogger();
+    this.byteProbe = options.byteProbe ?? true;
     this.commands = new RedisCommands(client, this.timeoutMs);
     if (isCluster(client)) {
       this.publish = 'SPUBLISH';
@@ -580,7 +589,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         await this.commands.sendTo(node, 'init', ['SCRIPT', 'LOAD', script.source]);
       }
     }
-    await this.proveBytes();
+    if (this.byteProbe) await this.proveBytes();
   }
 
   /** A client that cannot hand back bytes (node-redis 4 or older) would corrupt every stored result. */

@@ -79,6 +79,13 @@ export interface TypeOrmIdempotencyStoreOptions {
    * without prepared-statement support).
    */
   preparedStatements?: boolean;
+  /**
+   * Prove at `init()` that a payload comes back byte for byte (0x00, 0xff,
+   * invalid UTF-8), with a short-lived record of its own, deleted afterwards.
+   * Default true. Off, `init()` writes nothing: for read-only tools (the CLI's
+   * reads) and read-only logins.
+   */
+  byteProbe?: boolean;
   logger?: IdempotencyLogger;
 }
 
@@ -341,7 +348,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       );
     }
     await this.dialect.prepare(this.options.ensureSchema ?? false);
-    await this.proveBytes();
+    if (this.options.byteProbe ?? true) await this.proveBytes();
   }
 
   /**
