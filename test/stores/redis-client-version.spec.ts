@@ -27,7 +27,7 @@ describeIfRedis(probeRedisSync(), 'Redis')(
           (error: unknown) => error,
         );
         expect(refused).toBeInstanceOf(IdempotencyConfigError);
-        expect((refused as Error).message).toMatch(/@redis\/client 1\.\d+\.\d+/);
+        expect((refused as Error).message).toMatch(/@redis\/client 1\.\d+\.\d+ \(node-redis 4\)/);
         expect((refused as Error).message).toMatch(/node-redis 5 or 6/);
         // Nothing was written: not a record, not a probe key.
         expect(await client.keys(`${prefix}*`)).toEqual([]);

@@ -351,7 +351,11 @@ export function clientPackageOf(client: RedisIdempotencyClient): string | undefi
           name?: string;
           version?: string;
         };
-        if (name && version) return `${name} ${version}`;
+        if (name && version) {
+          // node-redis 4 is `redis` 4.x around `@redis/client` 1.x.
+          const four = name === '@redis/client' && /^1\./.test(version) ? ' (node-redis 4)' : '';
+          return `${name} ${version}${four}`;
+        }
       }
     }
   } catch {
