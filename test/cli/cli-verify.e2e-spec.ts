@@ -171,7 +171,11 @@ describe('nest-idempotency verify', () => {
       request: AcquireRequest,
     ) {
       // The fencing scenario cannot take over the expired lease: no stale owner to fence.
-      if (request.scope.startsWith('contract-fencing.stale-owner-') && ++stealCalls === 2) {
+      if (
+        typeof request.scope === 'string' &&
+        request.scope.startsWith('contract-fencing.stale-owner-') &&
+        ++stealCalls === 2
+      ) {
         return { kind: 'in-flight', retryAfterMs: 0 };
       }
       return tryAcquire.call(this, request);

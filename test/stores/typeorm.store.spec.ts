@@ -615,11 +615,12 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
         prepared.map((p) => [p.name.replace(/_[0-9a-f]{16}$/, ''), p.executions]),
       );
       // A scope of fresh keys tries the insert first: 4 fresh keys, and 3 replays
-      // whose insert found the record and whose peek read it.
+      // whose insert found the record and whose peek read it; and init()'s byte
+      // probe: its own record inserted, completed, and replayed (insert, then peek).
       expect(executions).toEqual({
-        nest_idem_insert: 7,
-        nest_idem_peek: 3,
-        nest_idem_complete: 3,
+        nest_idem_insert: 7 + 2,
+        nest_idem_peek: 3 + 1,
+        nest_idem_complete: 3 + 1,
         nest_idem_extend: 3,
         nest_idem_release: 1,
       });

@@ -37,3 +37,16 @@ export type { HttpResponseRecord, PayloadDescription } from './core/payload';
 
 // Keys and scopes as stored.
 export { assertValidKey, keyFromBytes, scopeOfStored, storedScope } from './core/key';
+
+// The checks every built-in store makes of its arguments, and the byte probe of init().
+export {
+  checkAcquireRequest,
+  checkLease,
+  checkListFilter,
+  checkPayload,
+  checkPurgeOptions,
+  checkRecordId,
+  checkResolution,
+  describeInput,
+} from './core/store-input';
+export { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from './core/byte-probe';

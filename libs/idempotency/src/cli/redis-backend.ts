@@ -31,6 +31,8 @@ export function redisBackend(connection: RedisConnection): Backend {
       keyPrefix,
       operationTimeoutMs: scratch ? Math.max(connection.timeoutMs, 5000) : connection.timeoutMs,
       pollIntervalMs: scratch?.pollIntervalMs,
+      // The CLI's reads write nothing, not even init()'s byte probe (verify's scratch stores do).
+      byteProbe: scratch !== undefined,
       connectTimeoutMs: connection.timeoutMs,
       logger: quietLogger,
       clientOptions: {

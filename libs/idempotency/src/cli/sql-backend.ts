@@ -50,6 +50,8 @@ export function sqlBackend(connection: SqlConnection): Backend {
       schema: connection.schema,
       table: connection.table,
       operationTimeoutMs: connection.timeoutMs,
+      // The CLI's reads write nothing, not even init()'s byte probe.
+      byteProbe: false,
       logger: quietLogger,
     });
 
@@ -210,8 +212,8 @@ export function sqlBackend(connection: SqlConnection): Backend {
                   : `SELECT HEX(id) AS id, scope, \`key\`, state, lease_id, fingerprint, HEX(payload) AS payload,
                        CAST(lease_expires_at AS CHAR) AS lease_expires_at, CAST(expires_at AS CHAR) AS expires_at,
                        CAST(created_at AS CHAR) AS created_at, CAST(completed_at AS CHAR) AS completed_at
-                     FROM ${sqlTable} WHERE scope = ? ORDER BY id`,
-                [scope],
+                     FROM ${sqlTable} WHERE scope = ? AND CAST(scope AS BINARY) = CAST(? AS BINARY) ORDER BY id`,
+                postgres ? [scope] : [scope, scope],
               ),
             ),
         };

@@ -39,7 +39,11 @@ export function postgresDigestSearch(
   };
 }
 
-/** The same on MySQL and MariaDB: SHA2 over the utf8mb4 bytes; CHAR(0) is the NUL byte. */
+/**
+ * The same on MySQL and MariaDB: SHA2 over the utf8mb4 bytes; CHAR(0) is the
+ * NUL byte. The scope compares byte for byte (utf8mb4_bin pads: `=` alone
+ * would take `acme ` for `acme`).
+ */
 export function mysqlDigestSearch(
   table: string,
   scope: string,
@@ -48,10 +52,22 @@ export function mysqlDigestSearch(
   const tenants = tenantsOf(scope);
   return {
     sql: `SELECT scope, \`key\` AS \`key\` FROM ${table}
-      WHERE (scope = ? OR LEFT(scope, CHAR_LENGTH(?)) = ?)
+      WHERE ((scope = ? AND CAST(scope AS BINARY) = CAST(? AS BINARY))
+          OR (LEFT(scope, CHAR_LENGTH(?)) = ? AND CAST(LEFT(scope, CHAR_LENGTH(?)) AS BINARY) = CAST(? AS BINARY)))
         AND LEFT(SHA2(IF(LOCATE(?, scope) = 0, \`key\`,
               CONCAT(SUBSTRING(scope, LOCATE(?, scope) + CHAR_LENGTH(?)), CHAR(0), \`key\`)), 256), 12) = ?`,
-    params: [scope, tenants, tenants, TENANT_MARK, TENANT_MARK, TENANT_MARK, hex],
+    params: [
+      scope,
+      scope,
+      tenants,
+      tenants,
+      tenants,
+      tenants,
+      TENANT_MARK,
+      TENANT_MARK,
+      TENANT_MARK,
+      hex,
+    ],
   };
 }
 

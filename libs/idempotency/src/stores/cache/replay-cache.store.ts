@@ -2,6 +2,7 @@ import { LRUCache } from 'lru-cache';
 import { performance } from 'node:perf_hooks';
 import { fingerprintsConflict } from '../../core/decide';
 import { optionKeys } from '../../core/option-keys';
+import { checkAcquireRequest } from '../../core/store-input';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -81,7 +82,9 @@ export class ReplayCachingStore implements IdempotencyStore {
     });
   }
 
-  async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  async tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
+    // Checked before the cache answers: a replay from memory refuses what the store would.
+    const request = checkAcquireRequest(given);
     const cacheKey = keyOf(request);
     const hit = this.cache.get(cacheKey);
     if (hit) {

@@ -6,9 +6,19 @@ import {
   isStealable,
   ObservedRecord,
 } from '../../core/decide';
-import { IdempotencyLeaseLostError } from '../../core/errors';
+import { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from '../../core/byte-probe';
+import { IdempotencyLeaseLostError, IdempotencyStoreSchemaError } from '../../core/errors';
 import { optionKeys, refuseUnknownOptions } from '../../core/option-keys';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
+import {
+  checkAcquireRequest,
+  checkLease,
+  checkListFilter,
+  checkPayload,
+  checkPurgeOptions,
+  checkRecordId,
+  checkResolution,
+} from '../../core/store-input';
 import {
   AcquireRequest,
   AcquireResult,
@@ -93,7 +103,47 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     this.now = options.now ?? Date.now;
   }
 
-  tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  /**
+   * Proves, as every built-in store does at `init()`, that a payload comes back
+   * byte for byte: `PROBE_BYTES` stored under a record of its own, replayed,
+   * read, and deleted.
+   */
+  async init(): Promise<void> {
+    const key = randomUUID();
+    const request: AcquireRequest = {
+      scope: PROBE_SCOPE,
+      key,
+      leaseMs: PROBE_TTL_MS,
+      ttlMs: PROBE_TTL_MS,
+      waitTimeoutMs: 0,
+      fingerprint: null,
+    };
+    try {
+      const acquired = await this.tryAcquire(request);
+      if (acquired.kind !== 'acquired') throw new Error(`the probe's record was ${acquired.kind}`);
+      await this.complete(acquired.lease, PROBE_BYTES);
+      const replayed = await this.tryAcquire(request);
+      const found = await this.find({ scope: PROBE_SCOPE, key });
+      const mismatch =
+        probeMismatch(replayed.kind === 'duplicate' ? replayed.payload : null) ??
+        probeMismatch(found?.payload);
+      if (mismatch) throw new Error(mismatch);
+    } catch (error) {
+      throw new IdempotencyStoreSchemaError(
+        `InMemoryIdempotencyStore: stored bytes do not come back unchanged: ${(error as Error).message}`,
+      );
+    } finally {
+      this.records.delete(idOf({ scope: PROBE_SCOPE, key }));
+    }
+  }
+
+  tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
+    let request: AcquireRequest;
+    try {
+      request = checkAcquireRequest(given);
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
     const id = idOf(request);
     // The look is synchronous, so nothing can complete or release the record between
     // it and the answer: only a record in flight needs the shared wait loop (and its
@@ -115,6 +165,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    checkLease(lease, 'complete');
+    checkPayload(payload, 'complete');
     assertPayloadSize(payload, this.maxPayloadBytes);
     const { id } = lease as MemoryLease;
     const record = this.held(id, lease, 'complete');
@@ -130,6 +182,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async release(lease: Lease): Promise<void> {
+    checkLease(lease, 'release');
     const { id } = lease as MemoryLease;
     this.held(id, lease, 'release');
     this.records.delete(id);
@@ -137,6 +190,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    checkLease(lease, 'markAmbiguous');
     const { id } = lease as MemoryLease;
     const record = this.held(id, lease, 'markAmbiguous');
     toAmbiguous(record, reason, this.now());
@@ -144,6 +198,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    checkResolution(id, resolution);
     if (resolution.outcome === 'completed') {
       assertPayloadSize(resolution.payload, this.maxPayloadBytes);
     }
@@ -170,6 +225,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async extend(lease: Lease): Promise<boolean> {
+    checkLease(lease, 'extend');
     const record = this.records.get((lease as MemoryLease).id);
     if (!record || record.state !== 'IN_PROGRESS' || record.leaseId !== lease.leaseId) return false;
     record.leaseExpiresAt = this.now() + lease.leaseMs;
@@ -177,6 +233,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async purgeExpired(options: { limit?: number } = {}): Promise<number> {
+    checkPurgeOptions(options);
     const limit = options.limit ?? DEFAULT_PURGE_BATCH;
     const now = this.now();
     let purged = 0;
@@ -191,11 +248,13 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 
   async find(id: RecordId): Promise<IdempotencyRecordView | null> {
+    checkRecordId(id, 'find');
     const record = this.records.get(idOf(id));
     return record ? this.view(record) : null;
   }
 
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
+    checkListFilter(filter);
     const limit = filter.limit ?? 100;
     const out: IdempotencyRecordView[] = [];
     const sorted = [...this.records.values()].sort((a, b) => b.createdAt - a.createdAt);

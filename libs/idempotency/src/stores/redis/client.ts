@@ -1,3 +1,5 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { IdempotencyStoreUnavailableError } from '../../core/errors';
 import type {
   RedisArgument,
@@ -244,4 +246,64 @@ export function isUnavailable(error: unknown): boolean {
 
 export function isNoScript(error: unknown): boolean {
   return isErrorReply(error) && error.message.startsWith('NOSCRIPT');
+}
+
+/** The node-redis majors the store works with (the `redis` peer range). */
+export const SUPPORTED_NODE_REDIS = 'node-redis 5 or 6 (the redis package ^5 || ^6)';
+
+/**
+ * Whether the client can be told to hand bulk strings back as Buffers: node-redis
+ * 5 and 6 take `typeMapping` per command (and have `withTypeMapping`); 4 and
+ * older ignore it and decode every reply as UTF-8 text, which no stored payload
+ * survives.
+ */
+export function takesTypeMapping(client: RedisIdempotencyClient): boolean {
+  return typeof (client as { withTypeMapping?: unknown }).withTypeMapping === 'function';
+}
+
+/**
+ * The package (and version) that made the client, for messages: found by its
+ * class among the CommonJS modules loaded so far, then that module's nearest
+ * package.json (node-redis 4's client is `@redis/client` 1.x, 5's and 6's their
+ * own major). Undefined when it cannot be told (an ES-module build, a bundle).
+ */
+export function clientPackageOf(client: RedisIdempotencyClient): string | undefined {
+  try {
+    const classes = new Set<unknown>();
+    for (
+      let p = Object.getPrototypeOf(client);
+      p && p !== Object.prototype;
+      p = Object.getPrototypeOf(p)
+    ) {
+      classes.add(p.constructor);
+    }
+    const cache = typeof require === 'function' ? require.cache : undefined;
+    for (const loaded of Object.values(cache ?? {})) {
+      const exports = loaded?.exports as Record<string, unknown> | undefined;
+      if (!exports || (typeof exports !== 'object' && typeof exports !== 'function')) continue;
+      const defines =
+        classes.has(exports) || Object.values(exports).some((value) => classes.has(value));
+      if (!defines) continue;
+      for (
+        let dir = path.dirname(loaded!.filename);
+        dir !== path.dirname(dir);
+        dir = path.dirname(dir)
+      ) {
+        const manifest = path.join(dir, 'package.json');
+        if (!fs.existsSync(manifest)) continue;
+        const { name, version } = JSON.parse(fs.readFileSync(manifest, 'utf8')) as {
+          name?: string;
+          version?: string;
+        };
+        if (name && version) {
+          // node-redis 4 is `redis` 4.x around `@redis/client` 1.x.
+          const four = name === '@redis/client' && /^1\./.test(version) ? ' (node-redis 4)' : '';
+          return `${name} ${version}${four}`;
+        }
+      }
+    }
+  } catch {
+    // Only for a message: nothing to say, then.
+  }
+  return undefined;
 }

@@ -4,10 +4,20 @@ import {
   IdempotencyLeaseLostError,
   IdempotencyStoreSchemaError,
 } from '../../core/errors';
+import { PROBE_BYTES, PROBE_TTL_MS, probeMismatch } from '../../core/byte-probe';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
 import { optionKeys, refuseUnknownOptions } from '../../core/option-keys';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
+import {
+  checkAcquireRequest,
+  checkLease,
+  checkListFilter,
+  checkPayload,
+  checkPurgeOptions,
+  checkRecordId,
+  checkResolution,
+} from '../../core/store-input';
 import {
   AcquireRequest,
   AcquireResult,
@@ -27,7 +37,15 @@ import {
 import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
 import { fingerprintsConflict } from '../../core/decide';
-import { isCluster, isNoScript, RedisCommands, RedisIdempotencyClient } from './client';
+import {
+  clientPackageOf,
+  isCluster,
+  isNoScript,
+  RedisCommands,
+  RedisIdempotencyClient,
+  SUPPORTED_NODE_REDIS,
+  takesTypeMapping,
+} from './client';
 import { DEFAULT_KEY_PREFIX, RecordNames, RedisKeys } from './keys';
 import {
   ACQUIRE,
@@ -65,6 +83,13 @@ export interface RedisIdempotencyStoreOptions {
    * replication delay; see docs/redis.md. Default: off.
    */
   waitForReplicas?: { replicas: number; timeoutMs: number };
+  /**
+   * Prove at `init()` that a payload comes back byte for byte (0x00, 0xff,
+   * invalid UTF-8), with a short-lived key of its own, deleted afterwards.
+   * Default true. Off, `init()` writes nothing: for read-only tools (the CLI's
+   * reads) and read-only logins.
+   */
+  byteProbe?: boolean;
   logger?: IdempotencyLogger;
 }
 
@@ -76,6 +101,7 @@ export const REDIS_STORE_OPTION_KEYS = optionKeys<RedisIdempotencyStoreOptions>(
   'operationTimeoutMs',
   'pollIntervalMs',
   'waitForReplicas',
+  'byteProbe',
   'logger',
 ]);
 
@@ -131,6 +157,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   private readonly replicas?: { replicas: number; timeoutMs: number };
   private readonly logger: IdempotencyLogger;
   private readonly publish: 'PUBLISH' | 'SPUBLISH';
+  private readonly byteProbe: boolean;
   private ready?: Promise<void>;
   /** Strict mode: AMBIGUOUS records are kept with no expiry (PERSIST) until resolved. */
   readonly strictMode: StrictModeSupport = {
@@ -199,6 +226,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       this.replicas = { replicas, timeoutMs };
     }
     this.logger = options.logger ?? defaultLogger();
+    this.byteProbe = options.byteProbe ?? true;
     this.commands = new RedisCommands(client, this.timeoutMs);
     if (isCluster(client)) {
       this.publish = 'SPUBLISH';
@@ -261,7 +289,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     return this.commands.ping();
   }
 
-  async tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  async tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
+    const request = checkAcquireRequest(given);
     const names = this.keys.record(request.scope, request.key);
     const leaseId = randomUUID();
     const lease: RedisLease = {
@@ -337,6 +366,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    checkLease(lease, 'complete');
+    checkPayload(payload, 'complete');
     assertPayloadSize(payload, this.maxPayloadBytes);
     const { names, leaseId, ttlMs } = lease as RedisLease;
     const outcome = await this.script('complete', COMPLETE, names.key, [
@@ -354,6 +385,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async release(lease: Lease): Promise<void> {
+    checkLease(lease, 'release');
     const { names, leaseId } = lease as RedisLease;
     const outcome = await this.script('release', RELEASE, names.key, [
       leaseId,
@@ -368,6 +400,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    checkLease(lease, 'markAmbiguous');
     const { names, leaseId } = lease as RedisLease;
     const outcome = await this.script('markAmbiguous', MARK_AMBIGUOUS, names.key, [
       leaseId,
@@ -383,6 +416,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    checkResolution(id, resolution);
     const completed = resolution.outcome === 'completed';
     if (completed) assertPayloadSize(resolution.payload, this.maxPayloadBytes);
     const names = this.keys.record(id.scope, id.key);
@@ -409,6 +443,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async extend(lease: Lease): Promise<boolean> {
+    checkLease(lease, 'extend');
     const { names, leaseId, leaseMs } = lease as RedisLease;
     const outcome = await this.script('extend', EXTEND, names.key, [leaseId, String(leaseMs)]);
     return Number(outcome) === 1;
@@ -419,11 +454,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * at the later of its TTL and its lease), so there is never anything left
    * to purge: returns 0 without a round trip.
    */
-  async purgeExpired(_options: { limit?: number } = {}): Promise<number> {
+  async purgeExpired(options: { limit?: number } = {}): Promise<number> {
+    checkPurgeOptions(options);
     return 0;
   }
 
   async find(id: RecordId): Promise<IdempotencyRecordView | null> {
+    checkRecordId(id, 'find');
     return this.view(this.keys.record(id.scope, id.key).key);
   }
 
@@ -435,6 +472,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
    * the answer: an operator's tool, not a request path.
    */
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
+    checkListFilter(filter);
     const limit = filter.limit ?? 100;
     if (limit <= 0) return [];
     const pattern = this.keys.pattern(filter.scope);
@@ -566,6 +604,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   private async prepare(): Promise<void> {
+    this.checkClient();
     const minimum = this.cluster ? MIN_CLUSTER : MIN_STANDALONE;
     for (const node of await this.commands.masters('init')) {
       const info = text((await this.commands.sendTo(node, 'init', ['INFO', 'server'])) as Buffer);
@@ -582,6 +621,42 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       for (const script of SCRIPTS) {
         await this.commands.sendTo(node, 'init', ['SCRIPT', 'LOAD', script.source]);
       }
+    }
+    if (this.byteProbe) await this.proveBytes();
+  }
+
+  /** A client that cannot hand back bytes (node-redis 4 or older) would corrupt every stored result. */
+  private checkClient(): void {
+    if (takesTypeMapping(this.client)) return;
+    const found = clientPackageOf(this.client);
+    throw new IdempotencyConfigError(
+      `RedisIdempotencyStore: the Redis client is ${found ? `from ${found}` : 'node-redis 4 or older'}, which decodes every reply as text (stored results would not come back byte for byte); supported: ${SUPPORTED_NODE_REDIS}`,
+    );
+  }
+
+  /**
+   * Writes `PROBE_BYTES` under a key of its own (expiring by Redis's clock)
+   * and reads them back through the same client and command options as every
+   * payload, then deletes the key: a client or proxy that does not keep bytes
+   * as they are fails the start, not every replay later.
+   */
+  private async proveBytes(): Promise<void> {
+    const key = `${this.keys.prefix}probe:{${randomUUID()}}`;
+    let failed = true;
+    try {
+      await this.commands.send('init', key, ['SET', key, PROBE_BYTES, 'PX', String(PROBE_TTL_MS)]);
+      const mismatch = probeMismatch(await this.commands.send('init', key, ['GET', key]));
+      if (mismatch) {
+        const found = clientPackageOf(this.client);
+        throw new IdempotencyConfigError(
+          `RedisIdempotencyStore: stored bytes do not come back unchanged through this Redis client${found ? ` (${found})` : ''}: ${mismatch}; supported: ${SUPPORTED_NODE_REDIS}`,
+        );
+      }
+      failed = false;
+    } finally {
+      await this.commands.send('init', key, ['DEL', key]).catch((error: unknown) => {
+        if (!failed) throw error;
+      });
     }
   }
 }

@@ -74,6 +74,8 @@ export interface Dialect {
   /** How many rows `purge` would delete now, at most `limit` (null: no bound), locking nothing. */
   countExpired(limit: number | null): Promise<number>;
   find(record: RecordRef): Promise<IdempotencyRecordView | null>;
+  /** Deletes the record whatever its state (the byte probe's own record, at `init()`). */
+  forget(record: RecordRef): Promise<void>;
   list(filter: ListFilter): Promise<IdempotencyRecordView[]>;
 }
 

@@ -5,10 +5,20 @@ import {
   IdempotencyLeaseLostError,
   IdempotencyStoreSchemaError,
 } from '../../core/errors';
+import { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from '../../core/byte-probe';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
 import { optionKeys, refuseUnknownOptions } from '../../core/option-keys';
 import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
+import {
+  checkAcquireRequest,
+  checkLease,
+  checkListFilter,
+  checkPayload,
+  checkPurgeOptions,
+  checkRecordId,
+  checkResolution,
+} from '../../core/store-input';
 import {
   AcquireRequest,
   AcquireResult,
@@ -70,6 +80,13 @@ export interface TypeOrmIdempotencyStoreOptions {
    * without prepared-statement support).
    */
   preparedStatements?: boolean;
+  /**
+   * Prove at `init()` that a payload comes back byte for byte (0x00, 0xff,
+   * invalid UTF-8), with a short-lived record of its own, deleted afterwards.
+   * Default true. Off, `init()` writes nothing: for read-only tools (the CLI's
+   * reads) and read-only logins.
+   */
+  byteProbe?: boolean;
   logger?: IdempotencyLogger;
 }
 
@@ -84,6 +101,7 @@ export const TYPEORM_STORE_OPTION_KEYS = optionKeys<TypeOrmIdempotencyStoreOptio
   'pollIntervalMs',
   'crossInstancePollMs',
   'preparedStatements',
+  'byteProbe',
   'logger',
 ]);
 
@@ -195,7 +213,13 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
     return this.dialect.ping();
   }
 
-  tryAcquire(request: AcquireRequest): Promise<AcquireResult> {
+  tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
+    let request: AcquireRequest;
+    try {
+      request = checkAcquireRequest(given);
+    } catch (error) {
+      return Promise.reject(error as Error);
+    }
     // Prepared: straight on, without a turn of the event loop for init().
     return this.prepared ? this.acquire(request) : this.init().then(() => this.acquire(request));
   }
@@ -226,6 +250,8 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    checkLease(lease, 'complete');
+    checkPayload(payload, 'complete');
     assertPayloadSize(payload, this.maxPayloadBytes);
     await this.init();
     if (!(await this.dialect.complete(lease as SqlLease, payload))) {
@@ -244,6 +270,8 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   readonly transactional: TransactionalCompletion<EntityManager> = {
     transaction: (work) => this.dataSource.transaction((manager) => work(manager)),
     completeIn: async (tx, lease, payload) => {
+      checkLease(lease, 'completeIn');
+      checkPayload(payload, 'completeIn');
       assertPayloadSize(payload, this.maxPayloadBytes);
       await this.init();
       const runner = tx.queryRunner;
@@ -273,6 +301,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   };
 
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
+    checkLease(lease, 'markAmbiguous');
     await this.init();
     if (!(await this.dialect.markAmbiguous(lease as SqlLease, reason))) {
       throw new IdempotencyLeaseLostError(
@@ -282,6 +311,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
+    checkResolution(id, resolution);
     if (resolution.outcome === 'completed') {
       assertPayloadSize(resolution.payload, this.maxPayloadBytes);
     }
@@ -290,6 +320,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   async release(lease: Lease): Promise<void> {
+    checkLease(lease, 'release');
     await this.init();
     if (!(await this.dialect.release(lease as SqlLease))) {
       throw new IdempotencyLeaseLostError(
@@ -299,11 +330,13 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
   }
 
   async extend(lease: Lease): Promise<boolean> {
+    checkLease(lease, 'extend');
     await this.init();
     return this.dialect.extend(lease as SqlLease);
   }
 
   async purgeExpired(options: { limit?: number } = {}): Promise<number> {
+    checkPurgeOptions(options);
     await this.init();
     return this.dialect.purge(options.limit ?? DEFAULT_PURGE_BATCH);
   }
@@ -313,16 +346,19 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
    * same rule, without deleting or locking anything: a purge's dry run.
    */
   async countExpired(options: { limit?: number } = {}): Promise<number> {
+    checkPurgeOptions(options, 'countExpired');
     await this.init();
     return this.dialect.countExpired(options.limit ?? null);
   }
 
   async find(id: RecordId): Promise<IdempotencyRecordView | null> {
+    checkRecordId(id, 'find');
     await this.init();
     return this.dialect.find(recordRef(id.scope, id.key));
   }
 
   async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
+    checkListFilter(filter);
     await this.init();
     return this.dialect.list(filter);
   }
@@ -334,6 +370,68 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
       );
     }
     await this.dialect.prepare(this.options.ensureSchema ?? false);
+    if (this.options.byteProbe ?? true) await this.proveBytes();
+  }
+
+  /**
+   * Writes `PROBE_BYTES` as a record of its own (acquired and completed as any
+   * other, its lease and TTL on the database's clock) and reads it back as a
+   * replay and as `find` would, then deletes it: a payload column, driver or
+   * connection setting that does not keep bytes as they are fails the start,
+   * not every replay later. A probe record left behind (the process died
+   * meanwhile) expires within a minute and is purged as any other.
+   */
+  private async proveBytes(): Promise<void> {
+    const record = recordRef(PROBE_SCOPE, randomUUID());
+    const request: AcquireRequest = {
+      scope: record.scope,
+      key: record.key,
+      leaseMs: PROBE_TTL_MS,
+      ttlMs: PROBE_TTL_MS,
+      waitTimeoutMs: 0,
+      fingerprint: null,
+    };
+    const lease: SqlLease = {
+      id: record.id,
+      idHex: record.idHex,
+      leaseId: randomUUID(),
+      leaseMs: PROBE_TTL_MS,
+      ttlMs: PROBE_TTL_MS,
+    };
+    const look = async () => {
+      const attempt = await this.dialect.beginAcquire(record, request, lease);
+      try {
+        return await attempt.look(false);
+      } finally {
+        attempt.end();
+      }
+    };
+    let failed = true;
+    try {
+      const acquired = await look();
+      if (acquired.kind !== 'acquired' || !(await this.dialect.complete(lease, PROBE_BYTES))) {
+        throw new IdempotencyStoreSchemaError(
+          `TypeOrmIdempotencyStore: the byte probe at init() could not write its own record in ${this.dialect.product}`,
+        );
+      }
+      const replayed = await look();
+      const found = await this.dialect.find(record);
+      const mismatch =
+        probeMismatch(replayed.kind === 'record' ? replayed.record.payload : null) ??
+        probeMismatch(found?.payload);
+      if (mismatch) {
+        throw new IdempotencyStoreSchemaError(
+          `TypeOrmIdempotencyStore: ${this.dialect.product} does not hand stored bytes back unchanged: ${mismatch}. Check the payload column's type (bytea on PostgreSQL, LONGBLOB on MySQL and MariaDB) and the driver's settings`,
+        );
+      }
+      failed = false;
+    } finally {
+      // Whatever happened: the probe leaves no record (a failure to delete it
+      // matters only when nothing failed before).
+      await this.dialect.forget(record).catch((error: unknown) => {
+        if (!failed) throw error;
+      });
+    }
   }
 }
 

@@ -532,6 +532,10 @@ export class MysqlDialect implements Dialect {
     return rows.length > 0 ? toView(rows[0]) : null;
   }
 
+  async forget(record: RecordRef): Promise<void> {
+    await this.query('probe', this.sql.forget, { id: record.id }, { id: record.idHex });
+  }
+
   async list(filter: ListFilter): Promise<IdempotencyRecordView[]> {
     const values = {
       scope: filter.scope ?? null,

@@ -160,13 +160,19 @@ export function mysqlStoreQuery<T>(
         }
         running = connection;
         hearErrors(connection, dataSource);
+        let answered = false;
         const done: Callback<unknown> = (failure, result) => {
+          // Once, whoever calls it: a second call would hand the connection back twice.
+          if (answered) return;
+          answered = true;
           if (deadline.settled) return; // timed out: the connection is already destroyed
           running = undefined;
           if (failure) {
-            // A statement error leaves the connection usable (and its prepared
-            // statements with it); only a broken one is dropped from the pool.
-            if (isMysqlUnavailable(failure)) connection.destroy();
+            // Only the server's answer to the statement (an error with a SQLSTATE)
+            // leaves the connection usable (and its prepared statements with it). A
+            // broken one, or one whose state is unknown (a value the driver could
+            // not serialize, a throw), is dropped from the pool.
+            if (isMysqlUnavailable(failure) || !isServerError(failure)) connection.destroy();
             else connection.release();
             fail(failure);
             return;
@@ -231,4 +237,14 @@ function hearErrors(connection: MysqlConnection, dataSource: DataSource): void {
   connection.on('error', (failure) =>
     dataSource.logger.log('warn', `MySQL connection raised an error. ${failure}`),
   );
+}
+
+/** An error the server sent in answer to a statement: mysql2 gives it a SQLSTATE and a numeric errno. */
+function isServerError(error: Error): boolean {
+  const { sqlState, errno, fatal } = error as {
+    sqlState?: unknown;
+    errno?: unknown;
+    fatal?: unknown;
+  };
+  return typeof sqlState === 'string' && typeof errno === 'number' && fatal !== true;
 }

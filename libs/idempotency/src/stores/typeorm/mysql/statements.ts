@@ -67,9 +67,22 @@ export interface MysqlStatements {
   purge: Statement;
   countExpired: Statement;
   find: Statement;
+  /** Deletes a record whatever its state: only the byte probe at `init()` uses it, on its own record. */
+  forget: Statement;
   list: Statement;
   /** The current lease of the records duplicates wait on (./wake-poller.ts); `{ids}` is a list. */
   poll: Statement;
+}
+
+/**
+ * An exact comparison of a text column with a value: byte for byte, trailing
+ * spaces included. utf8mb4_bin and ascii_bin are PAD SPACE collations (MySQL
+ * before 8.0's _0900 ones, every MariaDB), under which `'acme' = 'acme '` is
+ * true; binary strings are never padded. Written beside the plain `=`, which
+ * an index on the column (if one is ever added) can still narrow with.
+ */
+export function exactly(column: string, value: string): string {
+  return `CAST(${column} AS BINARY) = CAST(${value} AS BINARY)`;
 }
 
 /** ../../../core/decide.ts isStealable, in SQL, on the row as it was. */
@@ -236,9 +249,13 @@ export function buildMysqlStatements(
       `SELECT COUNT(*) AS expired FROM (SELECT 1 FROM ${t} WHERE ${PURGEABLE} LIMIT {limit}) AS due`,
     ),
     find: statement(`SELECT ${VIEW_COLUMNS} FROM ${t} WHERE id = {id}`),
+    forget: statement(`DELETE FROM ${t} WHERE id = {id}`),
+    // utf8mb4_bin and ascii_bin are PAD SPACE collations: `=` alone would take 'acme '
+    // for 'acme'. The byte comparison beside it makes the match exact (see `exactly`).
     list: statement(
       `SELECT ${VIEW_COLUMNS} FROM ${t}
-      WHERE ({scope} IS NULL OR scope = {scope}) AND ({state} IS NULL OR state = {state})
+      WHERE ({scope} IS NULL OR (scope = {scope} AND ${exactly('scope', '{scope}')}))
+        AND ({state} IS NULL OR (state = {state} AND ${exactly('state', '{state}')}))
       ORDER BY created_at DESC
       LIMIT {limit}`,
     ),

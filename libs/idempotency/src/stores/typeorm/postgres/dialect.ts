@@ -472,6 +472,10 @@ export class PostgresDialect implements Dialect {
     return rows.length > 0 ? toView(rows[0]) : null;
   }
 
+  async forget(record: RecordRef): Promise<void> {
+    await this.query('probe', this.sql.forget, [record.id], () => [record.idHex]);
+  }
+
   async list(filter: ListFilter): Promise<IdempotencyRecordView[]> {
     const scope = filter.scope ?? null;
     const params = [scope, filter.state ?? null, filter.limit ?? 100];

@@ -103,16 +103,25 @@ function send(pool: Pool, query: StoreQuery, done: Done): void {
       return;
     }
     let broken: Error | undefined;
+    let finished = false;
     // A connection that fails while checked out reports it as an 'error' event
     // (besides failing the query); unheard, that event would crash the process.
     const onError = (error: Error) => (broken = error);
     client.on('error', onError);
+    // Once, whoever calls it: pg can answer one query twice (a value it fails to
+    // serialize fails the query at once, and the ReadyForQuery of the Sync it sent
+    // then completes it again), and a second release would throw out of pg's
+    // callback and leave the pool wedged.
     const finish = (error: Error | undefined, result?: StoreResult<unknown>) => {
-      // A statement error leaves the connection usable (and its prepared statements
-      // with it); only a broken connection is dropped from the pool.
-      if (error && isUnavailable(error)) broken = error;
+      if (finished) return;
+      finished = true;
+      // Only the server's own answer to the statement (an error with a SQLSTATE)
+      // leaves the connection in a known, usable state (its prepared statements
+      // with it). Anything else (a connection error, a value pg could not
+      // serialize before or while sending, a throw) leaves it unknown: destroyed.
+      if (error && (isUnavailable(error) || !isServerError(error))) broken = error;
       client.removeListener('error', onError);
-      client.release(broken);
+      client.release(broken ?? false);
       done(error, result);
     };
     try {
@@ -133,4 +142,10 @@ function send(pool: Pool, query: StoreQuery, done: Done): void {
       finish(error as Error);
     }
   });
+}
+
+/** An error the server sent in answer to a statement (pg's DatabaseError): it has a SQLSTATE and a severity. */
+function isServerError(error: Error): boolean {
+  const { code, severity } = error as { code?: unknown; severity?: unknown };
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && typeof severity === 'string';
 }

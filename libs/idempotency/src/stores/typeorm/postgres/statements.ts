@@ -50,6 +50,8 @@ export interface Statements {
   countExpired: string;
   /** $1 id. */
   find: string;
+  /** Deletes a record whatever its state: only the byte probe at `init()` uses it, on its own record. */
+  forget: string;
   /** $1 scope or null, $2 state or null, $3 limit. */
   list: string;
 }
@@ -197,6 +199,7 @@ export function buildStatements(name: TableName): Statements {
     countExpired: `
       SELECT count(*)::int AS expired FROM (SELECT 1 FROM ${t} WHERE ${PURGEABLE} LIMIT $1) AS due`,
     find: `SELECT ${VIEW_COLUMNS} FROM ${t} WHERE id = $1`,
+    forget: `DELETE FROM ${t} WHERE id = $1`,
     list: `
       SELECT ${VIEW_COLUMNS} FROM ${t}
       WHERE ($1::text IS NULL OR scope = $1) AND ($2::text IS NULL OR state = $2)
