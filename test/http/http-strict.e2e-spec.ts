@@ -235,8 +235,9 @@ describe.each(ADAPTERS)('strict mode over HTTP (%s)', (adapter: AdapterName) => 
 
 describe.each(ADAPTERS)('onCompletionFailure over HTTP (%s)', (adapter: AdapterName) => {
   const memory = new InMemoryIdempotencyStore();
-  // Every completion fails: the store cannot be reached.
+  // Every completion fails: the store cannot be reached (after a start that went well).
   const store = Object.assign(Object.create(memory) as IdempotencyStore, {
+    init: () => memory.init(),
     complete: () => Promise.reject(new IdempotencyStoreUnavailableError('down')),
   });
   const warnings: string[] = [];
