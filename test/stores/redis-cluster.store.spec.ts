@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { AddressInfo, createServer } from 'node:net';
 import { createCluster } from 'redis';
 import { AcquireRequest, AcquireResult, encodeValue, Lease } from 'nest-idempotency';
 import { RedisIdempotencyStore } from '../../libs/idempotency/src/redis';
@@ -215,6 +216,34 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         await waiter.close();
         waiterCluster.destroy();
         listener.destroy();
+      }
+    });
+
+    it('fromUrl starts on a Cluster whose first seed nodes refuse, by the seeds that answer', async () => {
+      // Ports nothing listens on: the client tries the seeds in turn and takes the live one.
+      const closed = await Promise.all(
+        Array.from({ length: 5 }, async () => {
+          const server = createServer();
+          await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+          const { port } = server.address() as AddressInfo;
+          await new Promise<void>((resolve) => server.close(() => resolve()));
+          return port;
+        }),
+      );
+      const own = RedisIdempotencyStore.fromUrl(
+        [...closed, servers.ports[0]].map((port) => `redis://127.0.0.1:${port}`),
+        {
+          cluster: true,
+          keyPrefix: prefix,
+          logger: { warn: () => undefined, error: () => undefined },
+        },
+      );
+      try {
+        await own.init();
+        const scope = `seeds-${randomUUID()}`;
+        expect((await own.tryAcquire(request(scope, 'k'))).kind).toBe('acquired');
+      } finally {
+        await own.close();
       }
     });
 

@@ -134,6 +134,8 @@ export class Execution {
       );
     }
     let stage = 'work' as 'work' | 'complete' | 'commit';
+    // The action's time, up to its completion's write (the commit is the store's time).
+    let workMs = 0;
     // Whether the runner called `work` at all (it may fail to begin its transaction).
     let began = false;
     let lost = false as boolean;
@@ -142,6 +144,7 @@ export class Execution {
         began = true;
         const { value, payload } = await work(tx);
         stage = 'complete';
+        workMs = performance.now() - this.startedAt;
         this.settle(); // from here a refused heartbeat may be our own completion
         // The completion's write locks the record until the commit: a heartbeat would
         // only wait behind our own lock, holding a pooled connection while it waits
@@ -158,7 +161,7 @@ export class Execution {
       });
       this.finish();
       transactional.afterCommit?.(this.lease);
-      this.completed();
+      this.completed(workMs);
       return value;
     } catch (error) {
       this.settled = true;
@@ -288,15 +291,18 @@ export class Execution {
     this.settled = true;
   }
 
-  /** The record is COMPLETE: the scope's action times learn this one, and listeners hear of it. */
-  private completed(): void {
-    const actionMs = performance.now() - this.startedAt;
-    this.context.durations.record(this.scope, actionMs);
+  /**
+   * The record is COMPLETE: the scope's action times learn this one (`workMs`:
+   * up to the first completion attempt, so a slow store is not taken for a
+   * slow action), and listeners hear of it (`actionMs`: up to the stored result).
+   */
+  private completed(workMs: number): void {
+    this.context.durations.record(this.scope, workMs);
     this.context.emit(() => ({
       type: 'completed',
       scope: this.scope,
       keyDigest: this.keyDigest,
-      actionMs,
+      actionMs: performance.now() - this.startedAt,
     }));
   }
 
@@ -333,12 +339,14 @@ export class Execution {
   }
 
   private async completeWithRetry(payload: StoredPayload): Promise<CompletionResult> {
+    // The action's time, without the completion's retries (a slow store is not a slow action).
+    const workMs = performance.now() - this.startedAt;
     const { store, retry, logger, emit } = this.context;
     let delay = retry.initialDelayMs;
     for (let attempt = 1; ; attempt++) {
       try {
         await store.complete(this.lease, payload);
-        this.completed();
+        this.completed(workMs);
         return 'stored';
       } catch (error) {
         if (error instanceof IdempotencyLeaseLostError) {

@@ -127,8 +127,9 @@ export function createOwnedConnection(
       });
       lastError = undefined;
       // A refused connection or an unknown host fails init() at once, not after connectTimeoutMs.
+      // Not for a Cluster: its client tries the next seed node after one that refuses.
       const refusal = new Promise<'refused'>((resolve) => {
-        refused = () => resolve('refused');
+        if (!options.cluster) refused = () => resolve('refused');
       });
       const connecting = client.connect().then(() => 'connected' as const);
       // Dropped after the timeout, it rejects later: nobody awaits it then.
@@ -136,7 +137,7 @@ export function createOwnedConnection(
       try {
         const outcome = await Promise.race([connecting, timeout, refusal]);
         if (outcome === 'refused') {
-          client.destroy();
+          destroyQuietly(client);
           throw new IdempotencyStoreUnavailableError(
             `cannot connect to ${target}: ${redact(errorText(lastError))} (is Redis running there, and is the address right?)`,
             1000,
@@ -171,6 +172,15 @@ export function createOwnedConnection(
       else client.destroy();
     },
   };
+}
+
+/** Stops a client that may have closed itself already (older clients throw then). */
+function destroyQuietly(client: { destroy(): void }): void {
+  try {
+    client.destroy();
+  } catch {
+    // Closed already: nothing to stop.
+  }
 }
 
 /** Connection errors that mean nothing listens at the address, or the address does not exist. */
