@@ -23,9 +23,9 @@ const ERRORS = [
   'IdempotencyStoreUnavailableError',
   'IdempotencyStoreSchemaError',
   'IdempotencyCompletionError',
-  'IdempotencyFingerprintMismatchException',
-  'IdempotencyInFlightException',
-  'IdempotencyOutcomeUnknownException',
+  'IdempotencyFingerprintMismatchError',
+  'IdempotencyInFlightError',
+  'IdempotencyOutcomeUnknownError',
   'IdempotencyNotExecutedError',
   'IdempotencyHttpException',
 ];
@@ -49,9 +49,9 @@ const sample = (lib, name) => {
   switch (name) {
     case 'IdempotencyStoreUnavailableError': return new lib[name]('m', 1000);
     case 'IdempotencyCompletionError': return new lib[name]('m', 's', 'd');
-    case 'IdempotencyFingerprintMismatchException': return new lib[name]('s', 'd');
-    case 'IdempotencyInFlightException': return new lib[name](1000, 's', 'd');
-    case 'IdempotencyOutcomeUnknownException': return new lib[name]('s', 'd', new Date(), 'lease-expired');
+    case 'IdempotencyFingerprintMismatchError': return new lib[name]('s', 'd');
+    case 'IdempotencyInFlightError': return new lib[name](1000, 's', 'd');
+    case 'IdempotencyOutcomeUnknownError': return new lib[name]('s', 'd', new Date(), 'lease-expired');
     case 'IdempotencyHttpException': return new lib[name]({ type: 'about:blank', title: 't', status: 409, detail: 'd', code: 'c' });
     default: return new lib[name]('m');
   }

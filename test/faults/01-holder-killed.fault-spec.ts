@@ -49,7 +49,7 @@ describe('fault 1: the holder is killed with SIGKILL mid-action', () => {
     successor.send({ cmd: 'execute', id: 'probe', ...request, waitTimeout: '0s' });
     const probe = await successor.waitFor('the probe', is.result('probe'), 10_000);
     expect(probe.result.kind).toBe('error');
-    expect(probe.result.error?.name).toBe('IdempotencyInFlightException');
+    expect(probe.result.error?.name).toBe('IdempotencyInFlightError');
     successor.send({ cmd: 'execute', id: 's', ...request, waitTimeout: '15s' });
 
     const killedAt = Date.now();

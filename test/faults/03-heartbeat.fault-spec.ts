@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { IdempotencyInFlightException } from 'nest-idempotency';
+import { IdempotencyInFlightError } from 'nest-idempotency';
 import { DataSource } from 'typeorm';
 import { scratchSchema, testDatabaseUrl } from '../support/postgres';
 import {
@@ -65,7 +65,7 @@ describe('fault 3: an action three times as long as its lease', () => {
           others.push(`${outcome.kind} at ${Date.now() - enteredAt} ms`);
           break; // replayed: the holder has completed
         } catch (error) {
-          if (error instanceof IdempotencyInFlightException) {
+          if (error instanceof IdempotencyInFlightError) {
             inFlight++;
             lastInFlightAt = Date.now() - enteredAt;
             minLeaseLeftMs = Math.min(minLeaseLeftMs, error.retryAfterMs);

@@ -48,7 +48,7 @@ const CALL_BOUND_MS = 15_000;
 const TYPED = new Set([
   'IdempotencyStoreUnavailableError',
   'IdempotencyCompletionError',
-  'IdempotencyInFlightException',
+  'IdempotencyInFlightError',
 ]);
 
 const MODES: Array<{ name: string; wait?: { replicas: number; timeoutMs: number } }> = [

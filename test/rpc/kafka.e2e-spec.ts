@@ -16,7 +16,7 @@ import { EventEmitter, once } from 'node:events';
 import {
   Idempotent,
   IdempotencyEvent,
-  IdempotencyInFlightException,
+  IdempotencyInFlightError,
   IdempotencyModule,
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
@@ -189,10 +189,10 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     const duplicate = deliver('orders.placed', orderId, { orderId });
     await expect(duplicate).rejects.toBeInstanceOf(KafkaRetriableException);
     const error = await duplicate.catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(IdempotencyInFlightException);
+    expect(error).toBeInstanceOf(IdempotencyInFlightError);
     expect(error).toMatchObject({ code: 'idempotency-in-flight' });
-    expect((error as IdempotencyInFlightException).retryAfterMs).toBeGreaterThan(0);
-    expect((error as IdempotencyInFlightException).keyDigest).not.toContain(orderId);
+    expect((error as IdempotencyInFlightError).retryAfterMs).toBeGreaterThan(0);
+    expect((error as IdempotencyInFlightError).keyDigest).not.toContain(orderId);
     gate.release.open();
     await first;
     await deliver('orders.placed', orderId, { orderId }); // kafkajs' retry
@@ -212,7 +212,7 @@ describe('Kafka message handlers through Nest ServerKafka', () => {
     const first = deliver('orders.quote', orderId, { orderId }, headers);
     await gate.entered.promise;
     await expect(deliver('orders.quote', orderId, { orderId }, headers)).rejects.toBeInstanceOf(
-      IdempotencyInFlightException,
+      IdempotencyInFlightError,
     );
     gate.release.open();
     await first;

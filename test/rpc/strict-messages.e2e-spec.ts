@@ -17,7 +17,7 @@ import { EventEmitter, once } from 'node:events';
 import {
   Idempotent,
   IdempotencyModule,
-  IdempotencyOutcomeUnknownException,
+  IdempotencyOutcomeUnknownError,
   InMemoryIdempotencyStore,
 } from 'nest-idempotency';
 import { observeSettlements } from '../support/amqp-settlements';
@@ -162,16 +162,16 @@ describe('strict mode on Kafka handlers, through Nest ServerKafka', () => {
     expect(runs.get(`refund:${id}`)).toBeUndefined();
   });
 
-  it('the typed exception is an IdempotencyOutcomeUnknownException whatever the transport', () => {
+  it('the typed exception is an IdempotencyOutcomeUnknownError whatever the transport', () => {
     // What a hybrid application's own code (or an exception filter) can catch.
-    const unknown = new IdempotencyOutcomeUnknownException(
+    const unknown = new IdempotencyOutcomeUnknownError(
       'S.m',
       'S.m/#abc',
       new Date(0),
       'lease-expired',
     );
-    expect(unknown).toBeInstanceOf(IdempotencyOutcomeUnknownException);
-    expect(new Error('other')).not.toBeInstanceOf(IdempotencyOutcomeUnknownException);
+    expect(unknown).toBeInstanceOf(IdempotencyOutcomeUnknownError);
+    expect(new Error('other')).not.toBeInstanceOf(IdempotencyOutcomeUnknownError);
   });
 });
 

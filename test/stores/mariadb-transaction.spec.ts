@@ -95,7 +95,7 @@ describe.runIf(mariadbAvailable()).each(['mariadb', 'mysql'] as const)(
         ambiguousReason: 'action-failed',
       });
       await expect(engine.runInTransaction(policy, { key }, failing)).rejects.toMatchObject({
-        name: 'IdempotencyOutcomeUnknownException',
+        name: 'IdempotencyOutcomeUnknownError',
       });
       expect(runs).toBe(1);
 

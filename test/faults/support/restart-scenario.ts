@@ -27,7 +27,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import {
-  IdempotencyInFlightException,
+  IdempotencyInFlightError,
   IdempotencyStoreUnavailableError,
   keyDigest,
 } from 'nest-idempotency';
@@ -290,7 +290,7 @@ async function scenario(s: RestartScenario, local: Engine, app: Child): Promise<
   // A duplicate of the held engine key: refused as in flight if the record survived; otherwise
   // it takes the key and runs while the original is still in its action.
   const duplicate = await charge(action.engineKey, '0s');
-  if (s.durable) expect(duplicate.error).toBeInstanceOf(IdempotencyInFlightException);
+  if (s.durable) expect(duplicate.error).toBeInstanceOf(IdempotencyInFlightError);
   else expect(duplicate.outcome?.kind).toBe('executed');
 
   action.release();

@@ -4,13 +4,14 @@ import { ExecuteRequest, IdempotencyEngine, IdempotencyEngineOptions } from './e
 import {
   IdempotencyCompletionError,
   IdempotencyConfigError,
-  IdempotencyFingerprintMismatchException,
-  IdempotencyInFlightException,
+  IdempotencyFingerprintMismatchError,
+  IdempotencyInFlightError,
   IdempotencyKeyError,
   IdempotencyLeaseLostError,
   IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from './errors';
+import * as errors from './errors';
 import { IdempotencyEvent } from './events';
 import { keyDigest } from './key';
 import { decodeValue, encodeValue, notStorableReason } from './payload';
@@ -233,8 +234,8 @@ describe('IdempotencyEngine', () => {
 
       const error = await rejection(engine.execute(request({ lease: '60s' }), vi.fn()));
 
-      expect(error).toBeInstanceOf(IdempotencyInFlightException);
-      const { retryAfterMs } = error as IdempotencyInFlightException;
+      expect(error).toBeInstanceOf(IdempotencyInFlightError);
+      const { retryAfterMs } = error as IdempotencyInFlightError;
       // About 20 ms per action, raised to the 100 ms floor; the lease left is close to 60 s.
       expect(retryAfterMs).toBeGreaterThanOrEqual(100);
       expect(retryAfterMs).toBeLessThan(1000);
@@ -261,8 +262,8 @@ describe('IdempotencyEngine', () => {
       const duplicateAction = vi.fn();
       const error = await rejection(engine.execute(request({ lease: 100 }), duplicateAction));
 
-      expect(error).toBeInstanceOf(IdempotencyInFlightException);
-      const inFlight = error as IdempotencyInFlightException;
+      expect(error).toBeInstanceOf(IdempotencyInFlightError);
+      const inFlight = error as IdempotencyInFlightError;
       expect(inFlight.scope).toBe(SCOPE);
       expect(inFlight.keyDigest).toBe(DIGEST);
       expect(inFlight.retryAfterMs).toBeGreaterThan(0);
@@ -478,7 +479,7 @@ describe('IdempotencyEngine', () => {
   });
 
   describe('refusals', () => {
-    it('throws IdempotencyFingerprintMismatchException for a key reused with another request', async () => {
+    it('throws IdempotencyFingerprintMismatchError for a key reused with another request', async () => {
       const { engine } = setup();
       const started = deferred();
       const finish = deferred();
@@ -500,7 +501,7 @@ describe('IdempotencyEngine', () => {
       );
 
       for (const error of [whileRunning, afterwards]) {
-        expect(error).toBeInstanceOf(IdempotencyFingerprintMismatchException);
+        expect(error).toBeInstanceOf(IdempotencyFingerprintMismatchError);
         expect(error).toMatchObject({ scope: SCOPE, keyDigest: DIGEST });
         expect(error.message).toBe(
           `Idempotency key ${DIGEST} was first used with a different request`,
@@ -704,34 +705,45 @@ describe('policies: checked once, reused per call', () => {
   });
 });
 
-describe('IdempotencyInFlightException', () => {
+describe('IdempotencyInFlightError', () => {
   it('is what instanceof matches for the engine error and for any branded object', () => {
     class RpcInFlightError extends Error {
       constructor() {
         super('still in flight');
-        IdempotencyInFlightException.brand(this);
+        IdempotencyInFlightError.brand(this);
       }
     }
     const branded = new RpcInFlightError();
 
-    expect(new IdempotencyInFlightException(10, 's', 's/#0')).toBeInstanceOf(
-      IdempotencyInFlightException,
-    );
-    expect(branded).toBeInstanceOf(IdempotencyInFlightException);
+    expect(new IdempotencyInFlightError(10, 's', 's/#0')).toBeInstanceOf(IdempotencyInFlightError);
+    expect(branded).toBeInstanceOf(IdempotencyInFlightError);
     expect(branded).toBeInstanceOf(RpcInFlightError);
-    expect(IdempotencyInFlightException.brand({ plain: true })).toBeInstanceOf(
-      IdempotencyInFlightException,
+    expect(IdempotencyInFlightError.brand({ plain: true })).toBeInstanceOf(
+      IdempotencyInFlightError,
     );
     expect(Object.keys(branded)).toEqual([]);
     for (const other of [new Error('x'), {}, null, undefined, 'in flight', 42]) {
-      expect(other instanceof IdempotencyInFlightException).toBe(false);
+      expect(other instanceof IdempotencyInFlightError).toBe(false);
     }
   });
 
   it('keeps ordinary instanceof for its subclasses', () => {
-    class Sub extends IdempotencyInFlightException {}
+    class Sub extends IdempotencyInFlightError {}
     expect(new Sub(1, 's', 's/#0')).toBeInstanceOf(Sub);
-    expect(new IdempotencyInFlightException(1, 's', 's/#0') instanceof Sub).toBe(false);
-    expect(IdempotencyInFlightException.brand(new Error('x')) instanceof Sub).toBe(false);
+    expect(new IdempotencyInFlightError(1, 's', 's/#0') instanceof Sub).toBe(false);
+    expect(IdempotencyInFlightError.brand(new Error('x')) instanceof Sub).toBe(false);
+  });
+});
+
+describe('the deprecated …Exception names', () => {
+  it('are the same classes as the …Error names, so either catches the other', () => {
+    expect(errors.IdempotencyInFlightException).toBe(IdempotencyInFlightError);
+    expect(errors.IdempotencyFingerprintMismatchException).toBe(
+      errors.IdempotencyFingerprintMismatchError,
+    );
+    expect(errors.IdempotencyOutcomeUnknownException).toBe(errors.IdempotencyOutcomeUnknownError);
+    const thrown = new errors.IdempotencyInFlightException(5, 's', 's/#0');
+    expect(thrown).toBeInstanceOf(IdempotencyInFlightError);
+    expect(thrown.name).toBe('IdempotencyInFlightError');
   });
 });

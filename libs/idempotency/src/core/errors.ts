@@ -60,7 +60,7 @@ export class IdempotencyCompletionError extends IdempotencyError {
 }
 
 /** The key was first used with a different request fingerprint (another body, route or method). */
-export class IdempotencyFingerprintMismatchException extends IdempotencyError {
+export class IdempotencyFingerprintMismatchError extends IdempotencyError {
   constructor(
     readonly scope: string,
     readonly keyDigest: string,
@@ -76,10 +76,10 @@ const IN_FLIGHT_BRAND = Symbol.for('nest-idempotency.in-flight');
  *
  * Adapters may throw a transport-specific error (for instance a Nest
  * `RpcException` subclass) that carries the same brand; `instanceof
- * IdempotencyInFlightException` is true for those as well, so user code can
+ * IdempotencyInFlightError` is true for those as well, so user code can
  * catch one type whatever the transport.
  */
-export class IdempotencyInFlightException extends IdempotencyError {
+export class IdempotencyInFlightError extends IdempotencyError {
   readonly [IN_FLIGHT_BRAND] = true;
 
   constructor(
@@ -91,11 +91,11 @@ export class IdempotencyInFlightException extends IdempotencyError {
   }
 
   static override [Symbol.hasInstance](value: unknown): boolean {
-    if (this !== IdempotencyInFlightException) return isBrandedInstance(this, value);
+    if (this !== IdempotencyInFlightError) return isBrandedInstance(this, value);
     return typeof value === 'object' && value !== null && IN_FLIGHT_BRAND in value;
   }
 
-  /** Marks an adapter's own error class so it passes `instanceof IdempotencyInFlightException`. */
+  /** Marks an adapter's own error class so it passes `instanceof IdempotencyInFlightError`. */
   static brand<T extends object>(target: T): T {
     Object.defineProperty(target, IN_FLIGHT_BRAND, { value: true, enumerable: false });
     return target;
@@ -110,11 +110,11 @@ const OUTCOME_UNKNOWN_BRAND = Symbol.for('nest-idempotency.outcome-unknown');
  * rather than run a second time. Retrying changes nothing until the record is
  * resolved (`nest-idempotency resolve`, or a `reconcile` hook).
  *
- * As with `IdempotencyInFlightException`, the message adapter throws a
+ * As with `IdempotencyInFlightError`, the message adapter throws a
  * transport-specific error carrying the same brand: `instanceof
- * IdempotencyOutcomeUnknownException` is true for it as well.
+ * IdempotencyOutcomeUnknownError` is true for it as well.
  */
-export class IdempotencyOutcomeUnknownException extends IdempotencyError {
+export class IdempotencyOutcomeUnknownError extends IdempotencyError {
   readonly [OUTCOME_UNKNOWN_BRAND] = true;
 
   constructor(
@@ -130,11 +130,11 @@ export class IdempotencyOutcomeUnknownException extends IdempotencyError {
   }
 
   static override [Symbol.hasInstance](value: unknown): boolean {
-    if (this !== IdempotencyOutcomeUnknownException) return isBrandedInstance(this, value);
+    if (this !== IdempotencyOutcomeUnknownError) return isBrandedInstance(this, value);
     return typeof value === 'object' && value !== null && OUTCOME_UNKNOWN_BRAND in value;
   }
 
-  /** Marks an adapter's own error class so it passes `instanceof IdempotencyOutcomeUnknownException`. */
+  /** Marks an adapter's own error class so it passes `instanceof IdempotencyOutcomeUnknownError`. */
   static brand<T extends object>(target: T): T {
     Object.defineProperty(target, OUTCOME_UNKNOWN_BRAND, { value: true, enumerable: false });
     return target;
@@ -183,10 +183,28 @@ for (const [errorClass, name] of [
   [IdempotencyStoreUnavailableError, 'IdempotencyStoreUnavailableError'],
   [IdempotencyStoreSchemaError, 'IdempotencyStoreSchemaError'],
   [IdempotencyCompletionError, 'IdempotencyCompletionError'],
-  [IdempotencyFingerprintMismatchException, 'IdempotencyFingerprintMismatchException'],
-  [IdempotencyInFlightException, 'IdempotencyInFlightException'],
-  [IdempotencyOutcomeUnknownException, 'IdempotencyOutcomeUnknownException'],
+  [IdempotencyFingerprintMismatchError, 'IdempotencyFingerprintMismatchError'],
+  [IdempotencyInFlightError, 'IdempotencyInFlightError'],
+  [IdempotencyOutcomeUnknownError, 'IdempotencyOutcomeUnknownError'],
   [IdempotencyNotExecutedError, 'IdempotencyNotExecutedError'],
 ] as const) {
   brandErrorClass(errorClass, name);
 }
+
+// Deprecated names, kept for one minor version (see the CHANGELOG). The
+// `…Exception` suffix is Nest's for errors a transport renders; the core's
+// errors are framework-free and end in `Error`. Each alias is the same class,
+// so `instanceof` and `catch` clauses written against either name agree.
+
+/** @deprecated Use `IdempotencyFingerprintMismatchError`; this alias goes in the next minor version. */
+export const IdempotencyFingerprintMismatchException = IdempotencyFingerprintMismatchError;
+/** @deprecated Use `IdempotencyFingerprintMismatchError`; this alias goes in the next minor version. */
+export type IdempotencyFingerprintMismatchException = IdempotencyFingerprintMismatchError;
+/** @deprecated Use `IdempotencyInFlightError`; this alias goes in the next minor version. */
+export const IdempotencyInFlightException = IdempotencyInFlightError;
+/** @deprecated Use `IdempotencyInFlightError`; this alias goes in the next minor version. */
+export type IdempotencyInFlightException = IdempotencyInFlightError;
+/** @deprecated Use `IdempotencyOutcomeUnknownError`; this alias goes in the next minor version. */
+export const IdempotencyOutcomeUnknownException = IdempotencyOutcomeUnknownError;
+/** @deprecated Use `IdempotencyOutcomeUnknownError`; this alias goes in the next minor version. */
+export type IdempotencyOutcomeUnknownException = IdempotencyOutcomeUnknownError;

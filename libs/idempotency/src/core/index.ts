@@ -30,15 +30,21 @@ export {
   IdempotencyCompletionError,
   IdempotencyConfigError,
   IdempotencyError,
-  IdempotencyFingerprintMismatchException,
-  IdempotencyInFlightException,
+  IdempotencyFingerprintMismatchError,
+  IdempotencyInFlightError,
   IdempotencyKeyError,
   IdempotencyLeaseLostError,
   IdempotencyNotExecutedError,
-  IdempotencyOutcomeUnknownException,
+  IdempotencyOutcomeUnknownError,
   IdempotencyPayloadError,
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
+} from './errors';
+/** @deprecated since 0.3: the `…Error` names above; these aliases go in the next minor version. */
+export {
+  IdempotencyFingerprintMismatchException,
+  IdempotencyInFlightException,
+  IdempotencyOutcomeUnknownException,
 } from './errors';
 
 // Events.

@@ -1,4 +1,4 @@
-import { IdempotencyFingerprintMismatchException, IdempotencyInFlightException } from './errors';
+import { IdempotencyFingerprintMismatchError, IdempotencyInFlightError } from './errors';
 import { fingerprintsConflict } from './decide';
 import { describeError } from './error-text';
 import { Execution } from './execution';
@@ -19,7 +19,7 @@ import type { Lease, StoredPayload } from './store';
 /** One call: which key, and what identifies the request behind it. */
 export interface CallOptions {
   key: string;
-  /** A record first taken with another fingerprint refuses this call (`IdempotencyFingerprintMismatchException`). */
+  /** A record first taken with another fingerprint refuses this call (`IdempotencyFingerprintMismatchError`). */
   fingerprint?: string | null;
   /** The principal the call acts for: part of the record's identity, never logged. */
   tenant?: string;
@@ -41,8 +41,8 @@ export type BeginOutcome =
  * Validates the key, acquires (the store may wait for a holder's outcome), and either hands back the stored
  * payload of a completed record or an `Execution` that the caller must end
  * with `complete(payload)` or `release()`. Throws
- * `IdempotencyInFlightException` (still held after the wait),
- * `IdempotencyFingerprintMismatchException`, `IdempotencyKeyError` and the
+ * `IdempotencyInFlightError` (still held after the wait),
+ * `IdempotencyFingerprintMismatchError`, `IdempotencyKeyError` and the
  * store's `IdempotencyStoreUnavailableError`.
  *
  * `options.observing`: observe mode, where the caller runs the action
@@ -120,7 +120,7 @@ export async function begin(
     case 'in-flight': {
       // The store knows the lease left; this process knows how long the scope's actions take.
       const retryAfterMs = runtime.durations.retryAfterMs(policy.scope, result.retryAfterMs);
-      const error = new IdempotencyInFlightException(retryAfterMs, policy.scope, digest());
+      const error = new IdempotencyInFlightError(retryAfterMs, policy.scope, digest());
       emit(() => ({
         type: 'in-flight',
         scope: policy.scope,
@@ -131,7 +131,7 @@ export async function begin(
       throw error;
     }
     case 'fingerprint-mismatch': {
-      const error = new IdempotencyFingerprintMismatchException(policy.scope, digest());
+      const error = new IdempotencyFingerprintMismatchError(policy.scope, digest());
       emit(() => ({
         type: 'fingerprint-mismatch',
         scope: policy.scope,
@@ -140,7 +140,7 @@ export async function begin(
       throw error;
     }
     case 'ambiguous': {
-      // Strict mode: ask the reconcile hook, or refuse (IdempotencyOutcomeUnknownException).
+      // Strict mode: ask the reconcile hook, or refuse (IdempotencyOutcomeUnknownError).
       const id = { scope: storedScope(policy.scope, tenant), key };
       const answer = await answerAmbiguous(runtime, policy, id, result, digest(), startedAt);
       return answer.kind === 'acquire-again' ? begin(runtime, policy, call, options) : answer;
@@ -181,7 +181,7 @@ async function untenantedReplay(
     );
   }
   if (fingerprintsConflict(call.fingerprint ?? null, found.fingerprint)) {
-    throw new IdempotencyFingerprintMismatchException(
+    throw new IdempotencyFingerprintMismatchError(
       policy.scope,
       keyDigest(policy.scope, call.key, call.tenant),
     );

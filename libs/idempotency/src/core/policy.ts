@@ -21,7 +21,7 @@ export interface PolicyOptions {
    * What a contender does with an IN_PROGRESS record whose lease ran out.
    * `steal` (default): it takes the record over and runs the action.
    * `refuse` (strict mode): the record becomes AMBIGUOUS and the contender is
-   * refused (`IdempotencyOutcomeUnknownException`); so does a record whose
+   * refused (`IdempotencyOutcomeUnknownError`); so does a record whose
    * action threw, unless the error is known not to have executed. Needs a
    * store that declares `strictMode`.
    */

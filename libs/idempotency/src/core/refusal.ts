@@ -1,8 +1,8 @@
 import {
-  IdempotencyFingerprintMismatchException,
-  IdempotencyInFlightException,
+  IdempotencyFingerprintMismatchError,
+  IdempotencyInFlightError,
   IdempotencyKeyError,
-  IdempotencyOutcomeUnknownException,
+  IdempotencyOutcomeUnknownError,
   IdempotencyStoreUnavailableError,
 } from './errors';
 
@@ -28,7 +28,7 @@ export type Refusal =
   | {
       code: 'idempotency-outcome-unknown';
       /** The refusal of an AMBIGUOUS record found by the look; absent where this call's own commit made it so. */
-      error?: IdempotencyOutcomeUnknownException;
+      error?: IdempotencyOutcomeUnknownError;
       detail?: string;
     }
   | { code: 'idempotency-result-not-storable'; detail?: string }
@@ -42,9 +42,9 @@ export type RefusalCode = Refusal['code'];
  * failure), which the caller rethrows.
  */
 export function refusalOf(error: unknown): Refusal | undefined {
-  if (error instanceof IdempotencyOutcomeUnknownException)
+  if (error instanceof IdempotencyOutcomeUnknownError)
     return { code: 'idempotency-outcome-unknown', error };
-  if (error instanceof IdempotencyInFlightException) {
+  if (error instanceof IdempotencyInFlightError) {
     return {
       code: 'idempotency-in-flight',
       retryAfterMs: error.retryAfterMs,
@@ -52,7 +52,7 @@ export function refusalOf(error: unknown): Refusal | undefined {
       keyDigest: error.keyDigest,
     };
   }
-  if (error instanceof IdempotencyFingerprintMismatchException)
+  if (error instanceof IdempotencyFingerprintMismatchError)
     return { code: 'idempotency-key-reused', keyDigest: error.keyDigest };
   if (error instanceof IdempotencyKeyError)
     return { code: 'idempotency-key-invalid', detail: error.message };

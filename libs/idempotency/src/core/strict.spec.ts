@@ -4,7 +4,7 @@ import {
   IdempotencyCompletionError,
   IdempotencyConfigError,
   IdempotencyNotExecutedError,
-  IdempotencyOutcomeUnknownException,
+  IdempotencyOutcomeUnknownError,
   IdempotencyStoreUnavailableError,
 } from './errors';
 import { IdempotencyEvent } from './events';
@@ -66,19 +66,19 @@ describe('strict mode (onExpiredLease: refuse) in the engine', () => {
     let runs = 0;
     const action = async () => ++runs;
     const first = await engine.execute(strict(), action).catch((e: unknown) => e);
-    expect(first).toBeInstanceOf(IdempotencyOutcomeUnknownException);
+    expect(first).toBeInstanceOf(IdempotencyOutcomeUnknownError);
     expect(first).toMatchObject({ scope: SCOPE, keyDigest: DIGEST, reason: 'lease-expired' });
     const view = await store.find(ID);
     expect(view).toMatchObject({ state: 'AMBIGUOUS', ambiguousReason: 'lease-expired' });
     expect(view?.ambiguousSince?.getTime()).toBe(clock.now);
     clock.now += 3_600_000 * 48; // far past its TTL
     await expect(engine.execute(strict(), action)).rejects.toBeInstanceOf(
-      IdempotencyOutcomeUnknownException,
+      IdempotencyOutcomeUnknownError,
     );
     // A caller outside strict mode is refused too: nothing takes an AMBIGUOUS record over.
     await expect(
       engine.execute(strict({ onExpiredLease: 'steal' }), action),
-    ).rejects.toBeInstanceOf(IdempotencyOutcomeUnknownException);
+    ).rejects.toBeInstanceOf(IdempotencyOutcomeUnknownError);
     expect(await store.purgeExpired()).toBe(0);
     expect((await store.find(ID))?.state).toBe('AMBIGUOUS');
     expect(runs).toBe(0);
@@ -233,7 +233,7 @@ describe('strict mode (onExpiredLease: refuse) in the engine', () => {
         () => ({ outcome: 'maybe' }) as never,
       ]) {
         const { attempt, events, runs, store } = await ambiguous(hook);
-        expect(await attempt).toBeInstanceOf(IdempotencyOutcomeUnknownException);
+        expect(await attempt).toBeInstanceOf(IdempotencyOutcomeUnknownError);
         expect(runs()).toBe(0);
         expect((await store.find(ID))?.state).toBe('AMBIGUOUS');
         expect(events.some((e) => e.type === 'resolved')).toBe(false);

@@ -1,7 +1,7 @@
 import {
   IdempotencyConfigError,
   IdempotencyNotExecutedError,
-  IdempotencyOutcomeUnknownException,
+  IdempotencyOutcomeUnknownError,
 } from './errors';
 import { describeError } from './error-text';
 import type { EngineRuntime } from './runtime';
@@ -57,7 +57,7 @@ export type AmbiguousAnswer =
  * `not-executed` resolves it (deleting it) so the caller acquires again, and
  * `unknown` (or a hook that throws) refuses. Without one, refuses. A record
  * resolved meanwhile by someone else is acquired again, to see what it is now.
- * Throws `IdempotencyOutcomeUnknownException` for a refusal.
+ * Throws `IdempotencyOutcomeUnknownError` for a refusal.
  */
 export async function answerAmbiguous(
   context: EngineRuntime,
@@ -123,7 +123,7 @@ export async function answerAmbiguous(
     reason: found.reason,
     acquireMs: performance.now() - acquireStartedAt,
   }));
-  throw new IdempotencyOutcomeUnknownException(scope, keyDigest, found.since, found.reason);
+  throw new IdempotencyOutcomeUnknownError(scope, keyDigest, found.since, found.reason);
 }
 
 async function ask(

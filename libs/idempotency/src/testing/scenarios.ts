@@ -4,7 +4,7 @@ import { IdempotencyEngine } from '../core/engine';
 import {
   IdempotencyLeaseLostError,
   IdempotencyNotExecutedError,
-  IdempotencyOutcomeUnknownException,
+  IdempotencyOutcomeUnknownError,
   IdempotencyPayloadError,
 } from '../core/errors';
 import { encodeHttpResponse, encodeValue } from '../core/payload';
@@ -1059,7 +1059,7 @@ scenario({
     let ran = false;
     await assert.rejects(
       engine.run(policy, { key: 'unknown' }, async () => (ran = true)),
-      IdempotencyOutcomeUnknownException,
+      IdempotencyOutcomeUnknownError,
     );
     assert.equal(ran, false, 'a retry ran the action again');
     await assert.rejects(

@@ -163,7 +163,7 @@ export class MessageDoor extends Door {
    * nothing until someone resolves the record, so it is never left for a
    * blind retry: a Kafka event is skipped (its offset committed; throwing
    * would make kafkajs redeliver it again and again and stall its partition);
-   * a request gets an `IdempotencyOutcomeUnknownException` (an `RpcException`:
+   * a request gets an `IdempotencyOutcomeUnknownError` (an `RpcException`:
    * not retried); a RabbitMQ delivery is settled by the `rejected` rule.
    */
   private refuseOutcomeUnknown(

@@ -1,6 +1,6 @@
 import {
-  IdempotencyInFlightException,
-  IdempotencyOutcomeUnknownException,
+  IdempotencyInFlightError,
+  IdempotencyOutcomeUnknownError,
 } from '../../../core/errors';
 import { microservices } from './microservices';
 
@@ -10,7 +10,7 @@ export interface IdempotencyRpcError extends Error {
 }
 
 export interface RpcExceptions {
-  /** The holder still runs: retriable (Kafka redelivers), and `instanceof IdempotencyInFlightException`. */
+  /** The holder still runs: retriable (Kafka redelivers), and `instanceof IdempotencyInFlightError`. */
   inFlight(
     retryAfterMs: number,
     scope: string,
@@ -26,9 +26,9 @@ export interface RpcExceptions {
   /**
    * Strict mode: the record is AMBIGUOUS. Not retriable (an `RpcException`,
    * so Kafka answers a request with it instead of redelivering), and
-   * `instanceof IdempotencyOutcomeUnknownException`.
+   * `instanceof IdempotencyOutcomeUnknownError`.
    */
-  outcomeUnknown(error: IdempotencyOutcomeUnknownException): IdempotencyRpcError & {
+  outcomeUnknown(error: IdempotencyOutcomeUnknownError): IdempotencyRpcError & {
     scope: string;
     keyDigest: string;
     since: Date;
@@ -60,7 +60,7 @@ export function rpcExceptions(): RpcExceptions {
       // Own and enumerable, so transports that serialize the error carry it.
       Object.defineProperty(this, 'message', { value: message, enumerable: true, writable: true });
       this.name = 'IdempotencyInFlightException';
-      IdempotencyInFlightException.brand(this);
+      IdempotencyInFlightError.brand(this);
     }
   }
 
@@ -94,13 +94,13 @@ export function rpcExceptions(): RpcExceptions {
     readonly keyDigest: string;
     readonly since: Date;
 
-    constructor(unknown: IdempotencyOutcomeUnknownException) {
+    constructor(unknown: IdempotencyOutcomeUnknownError) {
       super({ status: 'error', code: 'idempotency-outcome-unknown', message: unknown.message });
       this.scope = unknown.scope;
       this.keyDigest = unknown.keyDigest;
       this.since = unknown.since;
       this.name = 'IdempotencyOutcomeUnknownException';
-      IdempotencyOutcomeUnknownException.brand(this);
+      IdempotencyOutcomeUnknownError.brand(this);
     }
   }
 
