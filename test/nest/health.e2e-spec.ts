@@ -9,9 +9,8 @@ import {
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 import { ADAPTERS, send, startHttpApp } from '../support/http-app';
-import { SilentForwarder } from '../support/mariadb';
+import { parsePgUrl, SilentForwarder } from '../support/tcp-proxy';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
-import { parsePgUrl } from '../support/tcp-proxy';
 
 /**
  * The terminus indicator as an application wires it: TerminusModule's real

@@ -9,7 +9,6 @@ import {
   mysqlTarget,
   mysqlUrlThroughPort,
   openMysqlDataSource,
-  SilentForwarder,
 } from '../support/mariadb';
 import { openDataSource, testDatabaseUrl } from '../support/postgres';
 import {
@@ -20,7 +19,7 @@ import {
   redisUrl,
 } from '../support/redis';
 import { hasRedisBinaries, RedisServers, startCluster } from '../support/redis-server';
-import { parsePgUrl } from '../support/tcp-proxy';
+import { parsePgUrl, SilentForwarder } from '../support/tcp-proxy';
 
 /**
  * `ping()` on every built-in store: it resolves while the backend answers, and

@@ -1,6 +1,5 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { AddressInfo, connect, createServer, Server, Socket } from 'node:net';
 import { DataSource, DataSourceOptions } from 'typeorm';
 
 /**
@@ -91,50 +90,4 @@ export async function openMysqlDataSource(
 
 export async function dropTable(dataSource: DataSource, table: string): Promise<void> {
   await dataSource.query(`DROP TABLE IF EXISTS \`${table.replace(/`/g, '``')}\``);
-}
-
-/**
- * A forwarder in front of the server that can go silent: connections stay
- * open and new ones are accepted, but nothing gets through in either
- * direction, as in a network partition. `cut()` then drops every socket.
- */
-export class SilentForwarder {
-  private server?: Server;
-  private readonly sockets = new Set<Socket>();
-  private silent = false;
-  port = 0;
-
-  constructor(private readonly target: { host: string; port: number }) {}
-
-  async start(): Promise<void> {
-    this.server = createServer((client) => {
-      this.track(client);
-      if (this.silent) return; // accepted, never answered
-      const upstream = connect(this.target.port, this.target.host);
-      this.track(upstream);
-      client.on('data', (chunk) => void (this.silent || upstream.write(chunk)));
-      upstream.on('data', (chunk) => void (this.silent || client.write(chunk)));
-      client.on('close', () => upstream.destroy());
-      upstream.on('close', () => client.destroy());
-    });
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
-    this.port = (this.server.address() as AddressInfo).port;
-  }
-
-  goSilent(): void {
-    this.silent = true;
-  }
-
-  async cut(): Promise<void> {
-    for (const socket of this.sockets) socket.destroy();
-    const server = this.server;
-    this.server = undefined;
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-
-  private track(socket: Socket): void {
-    this.sockets.add(socket);
-    socket.on('error', () => socket.destroy());
-    socket.on('close', () => this.sockets.delete(socket));
-  }
 }

@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { createServer, connect, AddressInfo, Server, Socket } from 'node:net';
 import { Client, Pool, QueryConfig } from 'pg';
 import { DataSource, DataSourceOptions, Logger } from 'typeorm';
 import {
@@ -20,8 +19,7 @@ import {
   TypeOrmIdempotencyStore,
   TypeOrmIdempotencyStoreOptions,
 } from 'nest-idempotency/typeorm';
-import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
-import { parsePgUrl, TcpProxy } from '../support/tcp-proxy';
+import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
 const quiet = { warn: () => undefined, error: () => undefined };
 
@@ -39,59 +37,6 @@ class CountingLogger implements Logger {
   count(fragment: string): number {
     return this.queries.filter((q) => q.includes(fragment)).length;
   }
-}
-
-/**
- * A forwarder in front of PostgreSQL that can go silent: connections stay open
- * and new ones are accepted, but nothing gets through in either direction, as
- * in a network partition. `cut()` then drops every socket.
- */
-class SilentPartition {
-  private server?: Server;
-  private readonly sockets = new Set<Socket>();
-  private silent = false;
-  port = 0;
-
-  constructor(private readonly target: { host: string; port: number }) {}
-
-  async start(): Promise<void> {
-    this.server = createServer((client) => {
-      this.track(client);
-      if (this.silent) return; // accepted, never answered
-      const upstream = connect(this.target.port, this.target.host);
-      this.track(upstream);
-      client.on('data', (chunk) => void (this.silent || upstream.write(chunk)));
-      upstream.on('data', (chunk) => void (this.silent || client.write(chunk)));
-      client.on('close', () => upstream.destroy());
-      upstream.on('close', () => client.destroy());
-    });
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
-    this.port = (this.server.address() as AddressInfo).port;
-  }
-
-  goSilent(): void {
-    this.silent = true;
-  }
-
-  async cut(): Promise<void> {
-    for (const socket of this.sockets) socket.destroy();
-    const server = this.server;
-    this.server = undefined;
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-
-  private track(socket: Socket): void {
-    this.sockets.add(socket);
-    socket.on('error', () => socket.destroy());
-    socket.on('close', () => this.sockets.delete(socket));
-  }
-}
-
-function urlThroughPort(port: number): string {
-  const url = new URL(testDatabaseUrl());
-  url.hostname = '127.0.0.1';
-  url.port = String(port);
-  return url.toString();
 }
 
 function poolOf(dataSource: DataSource): Pool {
@@ -150,7 +95,7 @@ async function rejection(promise: Promise<unknown>): Promise<Error> {
   throw new Error('expected a rejection');
 }
 
-describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
+describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () => {
   let admin: DataSource;
   const cleanups: Array<() => Promise<unknown>> = [];
 
@@ -216,86 +161,6 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
   }
 
   describe('schema', () => {
-    it('refuses to start without the table, naming it and saying how to fix it', async () => {
-      const schema = newSchema();
-      const error = await rejection(newStore(admin, { schema }).init());
-      expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
-      expect(error.message).toBe(
-        `table ${schema}.idempotency_records does not exist; run the nest-idempotency migrations (createIdempotencyMigrations()) or pass { ensureSchema: true } in development`,
-      );
-
-      const custom = await rejection(newStore(admin, { schema, table: 'payment_keys' }).init());
-      expect(custom.message).toContain(`table ${schema}.payment_keys does not exist`);
-    });
-
-    const table = (schema: string) => `"${schema}".idempotency_records`;
-    it.each([
-      [
-        'payload is text instead of bytea',
-        (s: string) => [`ALTER TABLE ${table(s)} ALTER COLUMN payload TYPE text`],
-        ['column "payload" is text, expected bytea'],
-      ],
-      [
-        'a column is missing',
-        (s: string) => [`ALTER TABLE ${table(s)} DROP COLUMN lease_expires_at`],
-        ['column "lease_expires_at" is missing (expected timestamp with time zone)'],
-      ],
-      [
-        'the primary key is another',
-        (s: string) => [
-          `ALTER TABLE ${table(s)} DROP CONSTRAINT idempotency_records_pkey`,
-          `ALTER TABLE ${table(s)} ADD PRIMARY KEY (scope, "key")`,
-        ],
-        [/primary key is \((scope, key|key, scope)\), expected \(id\)/],
-      ],
-      [
-        'there is no primary key',
-        (s: string) => [`ALTER TABLE ${table(s)} DROP CONSTRAINT idempotency_records_pkey`],
-        ['primary key is (none), expected (id)'],
-      ],
-      [
-        'all of these at once',
-        (s: string) => [
-          `ALTER TABLE ${table(s)} ALTER COLUMN payload TYPE text`,
-          `ALTER TABLE ${table(s)} DROP COLUMN fingerprint`,
-          `ALTER TABLE ${table(s)} ALTER COLUMN created_at TYPE timestamp`,
-          `ALTER TABLE ${table(s)} DROP CONSTRAINT idempotency_records_pkey`,
-          `ALTER TABLE ${table(s)} ADD PRIMARY KEY (scope, "key")`,
-        ],
-        [
-          'column "payload" is text, expected bytea',
-          'column "fingerprint" is missing (expected text)',
-          'column "created_at" is timestamp without time zone, expected timestamp with time zone',
-          /primary key is \((scope, key|key, scope)\), expected \(id\)/,
-        ],
-      ],
-    ])('refuses a table whose %s, listing what is wrong', async (_label, alterations, problems) => {
-      const schema = newSchema();
-      for (const sql of schemaSql({ schema, table: 'idempotency_records' })) await admin.query(sql);
-      for (const sql of alterations(schema)) await admin.query(sql);
-
-      const error = await rejection(newStore(admin, { schema }).init());
-
-      expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
-      expect(error.message).toMatch(
-        new RegExp(`^table ${schema}\\.idempotency_records has the wrong shape: `),
-      );
-      for (const problem of problems) expect(error.message).toMatch(problem);
-      expect(error.message.split('; ')).toHaveLength(problems.length);
-    });
-
-    it('creates the table with ensureSchema, even when several instances start together', async () => {
-      const schema = newSchema();
-      const others = await Promise.all([newDataSource(), newDataSource(), newDataSource()]);
-      const stores = [admin, ...others].map((ds) => newStore(ds, { schema, ensureSchema: true }));
-
-      await Promise.all(stores.map((s) => s.init()));
-
-      expect(await tableExists(schema)).toBe(true);
-      await newStore(admin, { schema }).init(); // the shape check passes without ensureSchema
-      await roundTrip(stores[2]);
-    });
-
     it('accepts the table createIdempotencyMigrations creates through TypeORM migrations; the upgrades refuse to be undone', async () => {
       const schema = newSchema();
       await admin.query(`CREATE SCHEMA "${schema}"`);
@@ -387,87 +252,6 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
         );
       },
     );
-  });
-
-  describe('when PostgreSQL cannot be reached', () => {
-    it('throws IdempotencyStoreUnavailableError at once when the port is closed, and recovers when it is back', async () => {
-      const schema = newSchema();
-      await newStore(admin, { schema, ensureSchema: true }).init();
-      const target = parsePgUrl(testDatabaseUrl());
-      const proxy = new TcpProxy(target.host, target.port);
-      const port = await proxy.start();
-      const dataSource = await newDataSource({ url: urlThroughPort(port), extra: { max: 4 } });
-      cleanups.push(() => proxy.cut());
-      // A long operation timeout: a refusal must surface as itself, not as a timeout.
-      const store = newStore(dataSource, { schema, operationTimeoutMs: 60_000 });
-      await store.init();
-      const held = await store.tryAcquire(request('s', 'held', { ttlMs: 60_000 }));
-      expect(held.kind).toBe('acquired');
-      const lease = leaseOf(held);
-      // Open the LISTEN connection too, so it is cut as well.
-      await expect(
-        store.tryAcquire(request('s', 'held', { waitTimeoutMs: 50 })),
-      ).resolves.toMatchObject({ kind: 'in-flight' });
-
-      await proxy.cut(); // existing connections dropped; nothing listens on the port now
-
-      const id = { scope: 's', key: 'held' };
-      const calls: Array<[string, () => Promise<unknown>]> = [
-        ['tryAcquire', () => store.tryAcquire(request('s', 'other'))],
-        [
-          'tryAcquire (waiting)',
-          () => store.tryAcquire(request('s', 'held', { waitTimeoutMs: 5000 })),
-        ],
-        ['complete', () => store.complete(lease, encodeValue('v'))],
-        ['release', () => store.release(lease)],
-        ['extend', () => store.extend(lease)],
-        ['find', () => store.find(id)],
-        ['list', () => store.list()],
-        ['purgeExpired', () => store.purgeExpired()],
-        ['init of a new store', () => newStore(dataSource, { schema }).init()],
-      ];
-      for (const [name, call] of calls) {
-        const error = await settlesWithin(rejection(call()), 10_000, name);
-        expect([name, error]).toEqual([name, expect.any(IdempotencyStoreUnavailableError)]);
-        expect(error.message).toMatch(/^PostgreSQL is unavailable during /);
-        expect((error as IdempotencyStoreUnavailableError).retryAfterMs).toBeGreaterThan(0);
-      }
-
-      await proxy.restore();
-      await expect(store.extend(lease)).resolves.toBe(true);
-      await store.complete(lease, encodeValue('after the outage'));
-      expectReplayOf(await store.tryAcquire(request('s', 'held')), 'after the outage');
-    });
-
-    it('throws IdempotencyStoreUnavailableError after operationTimeoutMs when PostgreSQL goes silent', async () => {
-      const schema = newSchema();
-      await newStore(admin, { schema, ensureSchema: true }).init();
-      const partition = new SilentPartition(parsePgUrl(testDatabaseUrl()));
-      await partition.start();
-      const dataSource = await newDataSource({
-        url: urlThroughPort(partition.port),
-        extra: { max: 2 },
-      });
-      cleanups.push(() => partition.cut()); // runs before the DataSource is destroyed
-      const store = newStore(dataSource, { schema, operationTimeoutMs: 300 });
-      await store.init();
-      const lease = leaseOf(await store.tryAcquire(request('s', 'k')));
-
-      partition.goSilent();
-
-      for (const [name, call] of [
-        ['tryAcquire', () => store.tryAcquire(request('s', 'other'))],
-        ['complete', () => store.complete(lease, encodeValue('v'))],
-        [
-          'init of a new store',
-          () => newStore(dataSource, { schema, operationTimeoutMs: 300 }).init(),
-        ],
-      ] as Array<[string, () => Promise<unknown>]>) {
-        const error = await settlesWithin(rejection(call()), 5000, name);
-        expect([name, error]).toEqual([name, expect.any(IdempotencyStoreUnavailableError)]);
-        expect(error.message).toMatch(/^PostgreSQL did not answer .+ within 300 ms$/);
-      }
-    });
   });
 
   describe("time is PostgreSQL's", () => {
@@ -732,124 +516,5 @@ describe('TypeOrmIdempotencyStore (PostgreSQL specifics)', () => {
       expect(results.map((r) => r.kind)).toEqual(Array(20).fill('duplicate'));
       for (const result of results) expectReplayOf(result, { answer: 42 });
     });
-  });
-
-  describe('several instances on one table', () => {
-    it('purges concurrently from several stores without touching a live record; the counts add up', async () => {
-      const schema = newSchema();
-      const t = `"${schema}".idempotency_records`;
-      const seedStore = newStore(admin, { schema, ensureSchema: true });
-      await seedStore.init();
-      const seed = (label: string, n: number, state: string, expires: string, lease: string) =>
-        admin.query(
-          `INSERT INTO ${t} (id, scope, "key", state, lease_id, lease_expires_at, expires_at, payload, created_at, completed_at)
-           SELECT sha256(convert_to($1 || i, 'UTF8')), 'purge', $1 || i, $2,
-             CASE WHEN $2 = 'IN_PROGRESS' THEN gen_random_uuid() END,
-             CASE WHEN $2 = 'IN_PROGRESS' THEN now() + $4::interval END,
-             now() + $3::interval,
-             CASE WHEN $2 = 'COMPLETE' THEN convert_to('v1', 'UTF8') END,
-             now() - interval '2 hours',
-             CASE WHEN $2 = 'COMPLETE' THEN now() - interval '2 hours' END
-           FROM generate_series(1, $5::int) AS i`,
-          [label, state, expires, lease, n],
-        );
-      // Purgeable: past their TTL (and, if IN_PROGRESS, past their lease too).
-      await seed('expired-complete-', 2600, 'COMPLETE', '-1 minute', '0');
-      await seed('abandoned-', 300, 'IN_PROGRESS', '-1 minute', '-1 minute');
-      // Live: within their TTL, or still under a lease.
-      await seed('live-complete-', 200, 'COMPLETE', '1 hour', '0');
-      await seed('running-past-ttl-', 100, 'IN_PROGRESS', '-1 minute', '1 hour');
-      await seed('lease-out-ttl-in-', 100, 'IN_PROGRESS', '1 hour', '-1 minute');
-      const stores = await Promise.all(
-        Array.from({ length: 4 }, async () =>
-          newStore(await newDataSource({ extra: { max: 2 } }), { schema }),
-        ),
-      );
-      await Promise.all(stores.map((s) => s.init()));
-
-      // Live traffic on the same table while four instances purge, twice each.
-      const traffic = Promise.all(
-        Array.from({ length: 40 }, async (_, i) => {
-          const store = stores[i % stores.length];
-          const acquired = await store.tryAcquire(
-            request('purge', `traffic-${i}`, { ttlMs: 60_000 }),
-          );
-          if (acquired.kind !== 'acquired') throw new Error(`traffic-${i}: ${acquired.kind}`);
-          await store.complete(acquired.lease, encodeValue(i));
-        }),
-      );
-      // What a purging caller does: batches (1000 by default) until one comes back short.
-      const purgeAll = async (store: TypeOrmIdempotencyStore) => {
-        const batches: number[] = [];
-        do batches.push(await store.purgeExpired());
-        while (batches[batches.length - 1] === 1000);
-        return batches;
-      };
-      const batches = await Promise.all([...stores, ...stores].map(purgeAll));
-      await traffic;
-
-      const counts = batches.flat();
-      expect(Math.max(...counts)).toBeLessThanOrEqual(1000); // one batch never exceeds its limit
-      expect(counts.reduce((a, b) => a + b, 0)).toBe(2900);
-      const left: Array<{ prefix: string; n: number }> = await admin.query(
-        `SELECT regexp_replace("key", '[0-9]+$', '') AS prefix, count(*)::int AS n FROM ${t} GROUP BY 1 ORDER BY 1`,
-      );
-      expect(left).toEqual([
-        { prefix: 'lease-out-ttl-in-', n: 100 },
-        { prefix: 'live-complete-', n: 200 },
-        { prefix: 'running-past-ttl-', n: 100 },
-        { prefix: 'traffic-', n: 40 },
-      ]);
-      await expect(stores[0].purgeExpired()).resolves.toBe(0);
-    });
-
-    it.each([
-      ['wait for the winner and replay its result', 15_000],
-      ['do not wait and are told it is in flight', 0],
-    ])(
-      'gives exactly one of 50 acquirers split over two instances the key; the others %s',
-      async (_label, waitTimeoutMs) => {
-        const schema = newSchema();
-        const [a, b] = await Promise.all([newDataSource(), newDataSource()]);
-        const stores = [
-          newStore(a, { schema, ensureSchema: true, pollIntervalMs: 60_000 }),
-          newStore(b, { schema, ensureSchema: true, pollIntervalMs: 60_000 }),
-        ];
-        await Promise.all(stores.map((s) => s.init()));
-
-        // Settling before the 15 s wait runs out proves the other instance's NOTIFY woke them.
-        const results: AcquireResult[] = await settlesWithin(
-          Promise.all(
-            Array.from({ length: 50 }, async (_, i) => {
-              const store = stores[i % 2];
-              const result = await store.tryAcquire(request('race', 'hot', { waitTimeoutMs }));
-              // Without waiting, the winner holds on, so nobody can see a result yet.
-              if (result.kind === 'acquired' && waitTimeoutMs > 0) {
-                await new Promise((resolve) => setImmediate(resolve));
-                await store.complete(
-                  result.lease,
-                  encodeValue({ winner: result.lease.leaseId, instance: i % 2 }),
-                );
-              }
-              return result;
-            }),
-          ),
-          10_000,
-          'the race and the wake-up of every waiter',
-        );
-
-        const winners = results.filter((r) => r.kind === 'acquired');
-        expect(winners).toHaveLength(1);
-        const winner = leaseOf(winners[0]).leaseId;
-        const others = results.filter((r) => r.kind !== 'acquired');
-        if (waitTimeoutMs > 0) {
-          expect(others).toHaveLength(49);
-          const instance = results.indexOf(winners[0]) % 2;
-          for (const r of others) expectReplayOf(r, { winner, instance });
-        } else {
-          expect(others.map((r) => r.kind)).toEqual(Array(49).fill('in-flight'));
-        }
-      },
-    );
   });
 });

@@ -1,0 +1,349 @@
+import { DataSource } from 'typeorm';
+import {
+  AcquireRequest,
+  AcquireResult,
+  decodeValue,
+  encodeValue,
+  IdempotencyStoreSchemaError,
+  IdempotencyStoreUnavailableError,
+  Lease,
+  ReplayedRecord,
+} from 'nest-idempotency';
+import { TypeOrmIdempotencyStore, TypeOrmIdempotencyStoreOptions } from 'nest-idempotency/typeorm';
+import { mariadbDialect, postgresDialect, SqlDialect, TablePlace } from '../support/sql-dialects';
+import { SilentForwarder, TcpProxy } from '../support/tcp-proxy';
+
+// What the SQL store does the same way on every database it supports, checked
+// once per database. What only one database has (NOTIFY, prepared statements
+// by name, MariaDB's round trips and packet limits) stays in
+// postgres.store.spec.ts and mariadb.store.spec.ts.
+
+const quiet = { warn: () => undefined, error: () => undefined };
+
+/** Fails with a clear message instead of letting a hang run into the test timeout. */
+async function settlesWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const hang = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, hang]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function leaseOf(result: AcquireResult): Lease {
+  if (result.kind !== 'acquired') throw new Error(`expected to acquire, got ${result.kind}`);
+  return result.lease;
+}
+
+/** Asserts `result` replays exactly the bytes `encodeValue(value)` stored. */
+function expectReplayOf(result: AcquireResult, value: unknown): ReplayedRecord {
+  if (result.kind !== 'duplicate') throw new Error(`expected a replay, got ${result.kind}`);
+  expect(result.completedAt).toBeInstanceOf(Date);
+  expect(result.payload.equals(encodeValue(value))).toBe(true);
+  expect(decodeValue(result.payload)).toEqual(value);
+  return result;
+}
+
+async function rejection(promise: Promise<unknown>): Promise<Error> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as Error;
+  }
+  throw new Error('expected a rejection');
+}
+
+const request = (
+  scope: string,
+  key: string,
+  overrides: Partial<AcquireRequest> = {},
+): AcquireRequest => ({
+  scope,
+  key,
+  leaseMs: 30_000,
+  waitTimeoutMs: 0,
+  ttlMs: 3_600_000,
+  fingerprint: null,
+  ...overrides,
+});
+
+const DIALECTS: SqlDialect[] = [postgresDialect, mariadbDialect];
+
+describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on $name', (db) => {
+  let admin: DataSource;
+  const cleanups: Array<() => Promise<unknown>> = [];
+
+  beforeAll(async () => {
+    admin = await db.openDataSource();
+  });
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+  });
+  afterAll(async () => {
+    await admin?.destroy();
+  });
+
+  /** A table place of this test's own, dropped after it. */
+  function newPlace(): TablePlace {
+    const place = db.newPlace(admin);
+    cleanups.push(() => place.drop());
+    return place;
+  }
+
+  async function newDataSource(options?: { url?: string; poolSize?: number }) {
+    const dataSource = await db.openDataSource(options);
+    cleanups.push(() => (dataSource.isInitialized ? dataSource.destroy() : Promise.resolve()));
+    return dataSource;
+  }
+
+  function newStore(
+    dataSource: DataSource,
+    place: TablePlace,
+    options: TypeOrmIdempotencyStoreOptions = {},
+  ): TypeOrmIdempotencyStore {
+    const store = new TypeOrmIdempotencyStore(dataSource, {
+      logger: quiet,
+      ...place.options,
+      ...options,
+    });
+    cleanups.push(() => store.close());
+    return store;
+  }
+
+  describe('schema', () => {
+    it('refuses to start without the table, naming it and saying how to fix it', async () => {
+      const place = newPlace();
+      const error = await rejection(newStore(admin, place).init());
+      expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
+      expect(error.message).toBe(
+        `table ${place.printed()} does not exist; run the nest-idempotency migrations (createIdempotencyMigrations()) or pass { ensureSchema: true } in development`,
+      );
+
+      const custom = await rejection(newStore(admin, place, { table: 'payment_keys' }).init());
+      expect(custom.message).toContain(`table ${place.printed('payment_keys')} does not exist`);
+    });
+
+    it.each(db.wrongShapes)(
+      'refuses a table whose %s, listing what is wrong',
+      async (_label, alterations, problems) => {
+        const place = newPlace();
+        for (const sql of db.schemaSql(place)) await admin.query(sql);
+        for (const sql of alterations(place.sql)) await admin.query(sql);
+
+        const error = await rejection(newStore(admin, place).init());
+
+        expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
+        expect(error.message.startsWith(`table ${place.printed()} has the wrong shape: `)).toBe(
+          true,
+        );
+        for (const problem of problems) expect(error.message).toMatch(problem);
+        expect(error.message.split('; ')).toHaveLength(problems.length);
+      },
+    );
+
+    it('creates the table with ensureSchema, even when several instances start together', async () => {
+      const place = newPlace();
+      const others = await Promise.all([newDataSource(), newDataSource(), newDataSource()]);
+      const stores = [admin, ...others].map((ds) => newStore(ds, place, { ensureSchema: true }));
+
+      await Promise.all(stores.map((s) => s.init()));
+
+      expect(await db.tableExists(admin, place)).toBe(true);
+      await newStore(admin, place).init(); // the shape check passes without ensureSchema
+      const acquired = await stores[2].tryAcquire(request('s', 'k', { ttlMs: 60_000 }));
+      await stores[2].complete(leaseOf(acquired), encodeValue(1));
+      expectReplayOf(await stores[1].tryAcquire(request('s', 'k')), 1);
+    });
+  });
+
+  describe('when the database cannot be reached', () => {
+    it('throws IdempotencyStoreUnavailableError at once when the port is closed, and recovers when it is back', async () => {
+      const place = newPlace();
+      await newStore(admin, place, { ensureSchema: true }).init();
+      const target = db.target();
+      const proxy = new TcpProxy(target.host, target.port);
+      const port = await proxy.start();
+      const dataSource = await newDataSource({ url: db.urlThroughPort(port), poolSize: 4 });
+      cleanups.push(() => proxy.cut());
+      // A long operation timeout: a refusal must surface as itself, not as a timeout.
+      const store = newStore(dataSource, place, { operationTimeoutMs: 60_000 });
+      await store.init();
+      const lease = leaseOf(await store.tryAcquire(request('s', 'held', { ttlMs: 60_000 })));
+      // Open the wake-up connection too (PostgreSQL's LISTEN), so it is cut as well.
+      await expect(
+        store.tryAcquire(request('s', 'held', { waitTimeoutMs: 50 })),
+      ).resolves.toMatchObject({ kind: 'in-flight' });
+
+      await proxy.cut(); // existing connections dropped; nothing listens on the port now
+
+      const id = { scope: 's', key: 'held' };
+      const calls: Array<[string, () => Promise<unknown>]> = [
+        ['tryAcquire', () => store.tryAcquire(request('s', 'other'))],
+        [
+          'tryAcquire (waiting)',
+          () => store.tryAcquire(request('s', 'held', { waitTimeoutMs: 5000 })),
+        ],
+        ['complete', () => store.complete(lease, encodeValue('v'))],
+        ['release', () => store.release(lease)],
+        ['extend', () => store.extend(lease)],
+        ['find', () => store.find(id)],
+        ['list', () => store.list()],
+        ['purgeExpired', () => store.purgeExpired()],
+        ['init of a new store', () => newStore(dataSource, place).init()],
+      ];
+      for (const [name, call] of calls) {
+        const error = await settlesWithin(rejection(call()), 10_000, name);
+        expect([name, error]).toEqual([name, expect.any(IdempotencyStoreUnavailableError)]);
+        expect(error.message).toMatch(new RegExp(`^${db.name} is unavailable during `));
+        expect((error as IdempotencyStoreUnavailableError).retryAfterMs).toBeGreaterThan(0);
+      }
+
+      await proxy.restore();
+      await expect(store.extend(lease)).resolves.toBe(true);
+      await store.complete(lease, encodeValue('after the outage'));
+      expectReplayOf(await store.tryAcquire(request('s', 'held')), 'after the outage');
+    });
+
+    it('throws IdempotencyStoreUnavailableError after operationTimeoutMs when the database goes silent', async () => {
+      const place = newPlace();
+      await newStore(admin, place, { ensureSchema: true }).init();
+      const partition = new SilentForwarder(db.target());
+      await partition.start();
+      const dataSource = await newDataSource({
+        url: db.urlThroughPort(partition.port),
+        poolSize: 2,
+      });
+      cleanups.push(() => partition.cut()); // runs before the DataSource is destroyed
+      const store = newStore(dataSource, place, { operationTimeoutMs: 300 });
+      await store.init();
+      const lease = leaseOf(await store.tryAcquire(request('s', 'k')));
+
+      partition.goSilent();
+
+      for (const [name, call] of [
+        ['tryAcquire', () => store.tryAcquire(request('s', 'other'))],
+        ['complete', () => store.complete(lease, encodeValue('v'))],
+        ['find', () => store.find({ scope: 's', key: 'k' })],
+        [
+          'init of a new store',
+          () => newStore(dataSource, place, { operationTimeoutMs: 300 }).init(),
+        ],
+      ] as Array<[string, () => Promise<unknown>]>) {
+        const error = await settlesWithin(rejection(call()), 5000, name);
+        expect([name, error]).toEqual([name, expect.any(IdempotencyStoreUnavailableError)]);
+        expect(error.message).toMatch(new RegExp(`^${db.name} did not answer .+ within 300 ms$`));
+      }
+    });
+  });
+
+  describe('several instances on one table', () => {
+    it('purges concurrently from several stores without touching a live record; the counts add up', async () => {
+      const place = newPlace();
+      await newStore(admin, place, { ensureSchema: true }).init();
+      const seed = (
+        prefix: string,
+        n: number,
+        state: 'COMPLETE' | 'IN_PROGRESS',
+        expiresInS: number,
+        leaseEndsInS: number,
+      ) => db.seed(admin, place, { prefix, n, state, expiresInS, leaseEndsInS });
+      // Purgeable: past their TTL (and, if IN_PROGRESS, past their lease too).
+      await seed('expired-complete-', 2600, 'COMPLETE', -60, 0);
+      await seed('abandoned-', 300, 'IN_PROGRESS', -60, -60);
+      // Live: within their TTL, or still under a lease.
+      await seed('live-complete-', 200, 'COMPLETE', 3600, 0);
+      await seed('running-past-ttl-', 100, 'IN_PROGRESS', -60, 3600);
+      await seed('lease-out-ttl-in-', 100, 'IN_PROGRESS', 3600, -60);
+      const stores = await Promise.all(
+        Array.from({ length: 4 }, async () =>
+          newStore(await newDataSource({ poolSize: 2 }), place),
+        ),
+      );
+      await Promise.all(stores.map((s) => s.init()));
+
+      // Live traffic on the same table while four instances purge, twice each.
+      const traffic = Promise.all(
+        Array.from({ length: 40 }, async (_, i) => {
+          const store = stores[i % stores.length];
+          const lease = leaseOf(
+            await store.tryAcquire(request('purge', `traffic-${i}`, { ttlMs: 60_000 })),
+          );
+          await store.complete(lease, encodeValue(i));
+        }),
+      );
+      // What a purging caller does: batches (1000 by default) until one comes back short.
+      const purgeAll = async (store: TypeOrmIdempotencyStore) => {
+        const batches: number[] = [];
+        do batches.push(await store.purgeExpired());
+        while (batches[batches.length - 1] === 1000);
+        return batches;
+      };
+      const batches = await Promise.all([...stores, ...stores].map(purgeAll));
+      await traffic;
+
+      const counts = batches.flat();
+      expect(Math.max(...counts)).toBeLessThanOrEqual(1000); // one batch never exceeds its limit
+      expect(counts.reduce((a, b) => a + b, 0)).toBe(2900);
+      expect(await db.countsByPrefix(admin, place)).toEqual([
+        ['lease-out-ttl-in-', 100],
+        ['live-complete-', 200],
+        ['running-past-ttl-', 100],
+        ['traffic-', 40],
+      ]);
+      await expect(stores[0].countExpired()).resolves.toBe(0);
+      await expect(stores[0].purgeExpired()).resolves.toBe(0);
+    });
+
+    it.each([
+      ['wait for the winner and replay its result', 15_000],
+      ['do not wait and are told it is in flight', 0],
+    ])(
+      'gives exactly one of 50 acquirers split over two instances the key; the others %s',
+      async (_label, waitTimeoutMs) => {
+        const place = newPlace();
+        const [a, b] = await Promise.all([newDataSource(), newDataSource()]);
+        const stores = [
+          newStore(a, place, { ensureSchema: true, pollIntervalMs: 60_000 }),
+          newStore(b, place, { ensureSchema: true, pollIntervalMs: 60_000 }),
+        ];
+        await Promise.all(stores.map((s) => s.init()));
+
+        // Settling well before the 15 s wait runs out proves the other instance's wake-up reached them.
+        const results: AcquireResult[] = await settlesWithin(
+          Promise.all(
+            Array.from({ length: 50 }, async (_, i) => {
+              const store = stores[i % 2];
+              const result = await store.tryAcquire(request('race', 'hot', { waitTimeoutMs }));
+              // Without waiting, the winner holds on, so nobody can see a result yet.
+              if (result.kind === 'acquired' && waitTimeoutMs > 0) {
+                await new Promise((resolve) => setImmediate(resolve));
+                await store.complete(
+                  result.lease,
+                  encodeValue({ winner: result.lease.leaseId, instance: i % 2 }),
+                );
+              }
+              return result;
+            }),
+          ),
+          10_000,
+          'the race and the wake-up of every waiter',
+        );
+
+        const winners = results.filter((r) => r.kind === 'acquired');
+        expect(winners).toHaveLength(1);
+        const winner = leaseOf(winners[0]).leaseId;
+        const others = results.filter((r) => r.kind !== 'acquired');
+        if (waitTimeoutMs > 0) {
+          expect(others).toHaveLength(49);
+          const instance = results.indexOf(winners[0]) % 2;
+          for (const r of others) expectReplayOf(r, { winner, instance });
+        } else {
+          expect(others.map((r) => r.kind)).toEqual(Array(49).fill('in-flight'));
+        }
+      },
+    );
+  });
+});
