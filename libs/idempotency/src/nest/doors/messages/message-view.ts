@@ -11,7 +11,8 @@ import { microservices } from './microservices';
  */
 export function messageView(context: ExecutionContext): Record<string, unknown> {
   const rpcContext = context.switchToRpc().getContext() as unknown;
-  const { KafkaContext, RmqContext } = microservices();
+  const { KafkaContext, RmqContext, NatsContext, MqttContext, RedisContext, TcpContext } =
+    microservices();
   if (rpcContext instanceof KafkaContext) {
     const message = rpcContext.getMessage() as unknown as Record<string, unknown>;
     // The broker's bytes where they were kept; Nest's parsed text otherwise.
@@ -36,9 +37,38 @@ export function messageView(context: ExecutionContext): Record<string, unknown> 
       fields: message?.fields ?? {},
     };
   }
-  // Other transports (NATS, Redis, MQTT, TCP, gRPC): their context arguments, as they are.
+  if (rpcContext instanceof NatsContext) {
+    return { subject: rpcContext.getSubject(), headers: natsHeaders(rpcContext.getHeaders()) };
+  }
+  if (rpcContext instanceof MqttContext) {
+    const packet = rpcContext.getPacket() as { properties?: { userProperties?: object } };
+    return {
+      topic: rpcContext.getTopic(),
+      userProperties: { ...packet?.properties?.userProperties },
+    };
+  }
+  if (rpcContext instanceof RedisContext) return { channel: rpcContext.getChannel() };
+  if (rpcContext instanceof TcpContext) return { pattern: rpcContext.getPattern() };
+  // Any other transport (a custom strategy's context): its arguments, as they are.
   const args = (rpcContext as { getArgs?: () => unknown[] } | undefined)?.getArgs?.() ?? [];
   return { args };
+}
+
+/**
+ * NATS headers (nats.js `MsgHdrs`) as a plain object: each name as sent, with
+ * its one value as a string, or an array when the header was sent several
+ * times (so `Nats-Msg-Id` sent twice is not a key, rather than half of one).
+ */
+function natsHeaders(headers: unknown): Record<string, unknown> {
+  const hdrs = headers as
+    { keys?: () => string[]; values?: (name: string) => string[] } | undefined;
+  if (!hdrs || typeof hdrs.keys !== 'function' || typeof hdrs.values !== 'function') return {};
+  const view: Record<string, unknown> = {};
+  for (const name of hdrs.keys()) {
+    const values = hdrs.values(name);
+    view[name] = values.length === 1 ? values[0] : values;
+  }
+  return view;
 }
 
 function bytesAsText(value: unknown): unknown {
