@@ -68,6 +68,12 @@ class PaymentsController {
     return charge(request);
   }
 
+  @GrpcMethod('Payments', 'ChargeByRequestId')
+  @Idempotent({ key: 'message.metadata["x-request-id"]' })
+  chargeByRequestId(request: ChargeRequest): ChargeReply {
+    return charge(request);
+  }
+
   @GrpcMethod('Payments', 'Outage')
   @Idempotent()
   outage(request: ChargeRequest): ChargeReply {
@@ -136,6 +142,13 @@ describe('unary gRPC methods over a loopback channel', () => {
   function call(method: string, request: ChargeRequest, ...keys: string[]): Promise<Outcome> {
     const metadata = new grpc.Metadata();
     for (const key of keys) metadata.add('idempotency-key', key);
+    return callWith(method, request, metadata);
+  }
+  function callWith(
+    method: string,
+    request: ChargeRequest,
+    metadata: grpc.Metadata,
+  ): Promise<Outcome> {
     return new Promise((resolve) => {
       (
         client[method] as unknown as (
@@ -180,6 +193,25 @@ describe('unary gRPC methods over a loopback channel', () => {
     expect(new Set(replies.map((reply) => JSON.stringify(reply))).size).toBe(1);
     expect(replies[0].ok).toBe(true);
     expect(runs.get(body.orderId)).toBe(1);
+  });
+
+  it('keys a method by another metadata entry (message.metadata["x-request-id"])', async () => {
+    const requestId = randomUUID();
+    const withId = () => {
+      const metadata = new grpc.Metadata();
+      metadata.set('x-request-id', requestId);
+      return metadata;
+    };
+    const [a, b] = [request(), request()];
+    const first = await callWith('ChargeByRequestId', a, withId());
+    expect(first).toMatchObject({ ok: true, reply: { orderId: a.orderId } });
+    // The same id with another request: its fingerprint differs, so it is refused, not run.
+    expect(await callWith('ChargeByRequestId', b, withId())).toMatchObject({
+      ok: false,
+      code: grpc.status.ALREADY_EXISTS,
+    });
+    expect(await callWith('ChargeByRequestId', a, withId())).toEqual(first);
+    expect([runs.get(a.orderId), runs.get(b.orderId)]).toEqual([1, undefined]);
   });
 
   it('answers calls in flight past waitTimeout with ABORTED and retry-after-ms', async () => {

@@ -7,7 +7,9 @@ import { microservices } from './microservices';
  * The `message` root of key expressions: a plain, read-only view of the
  * transport's message. Kafka's key and headers are bytes; they are given as
  * strings without loss (UTF-8 text as it is, anything else as `hex:…`, see
- * `keyFromBytes`), so two different keys never become one.
+ * `keyFromBytes`), so two different keys never become one. NATS headers and
+ * MQTT 5 user properties are there for keys a publisher sets (`Nats-Msg-Id`,
+ * an `idempotency-key` property); gRPC's metadata is the gRPC door's (grpc.door.ts).
  */
 export function messageView(context: ExecutionContext): Record<string, unknown> {
   const rpcContext = context.switchToRpc().getContext() as unknown;
