@@ -9,6 +9,7 @@ import {
 import { Observable } from 'rxjs';
 import { IdempotencyConfigError } from '../core/errors';
 import { GraphqlDoor } from './doors/graphql/graphql.door';
+import { GrpcDoor } from './doors/grpc/grpc.door';
 import { HttpDoor } from './doors/http/http.door';
 import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
@@ -28,10 +29,11 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     @Optional() private readonly http?: HttpDoor,
     @Optional() private readonly messages?: MessageDoor,
     @Optional() private readonly graphql?: GraphqlDoor,
+    @Optional() private readonly grpc?: GrpcDoor,
   ) {}
 
   onModuleInit(): void {
-    if (!this.explorer || !this.http || !this.messages || !this.graphql) {
+    if (!this.explorer || !this.http || !this.messages || !this.graphql || !this.grpc) {
       throw new IdempotencyConfigError(
         '@Idempotent is used but IdempotencyModule is not configured: add IdempotencyModule.forRoot({ store }) (or forRootAsync) to the root module',
       );
@@ -48,7 +50,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
       case 'http':
         return this.http!.handle(context, next, plan);
       case 'rpc':
-        return this.messages!.handle(context, next, plan);
+        return (plan.grpc ? this.grpc! : this.messages!).handle(context, next, plan);
       case 'graphql':
         return this.graphql!.handle(context, next, plan);
       default:

@@ -5,6 +5,7 @@ import { IdempotencyStore } from '../core/store';
 import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
 import { instrumentIdempotencyEngine, TracingIdempotencyStore } from '../telemetry/opentelemetry';
 import { GraphqlDoor } from './doors/graphql/graphql.door';
+import { GrpcDoor } from './doors/grpc/grpc.door';
 import { HttpDoor } from './doors/http/http.door';
 import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
@@ -76,6 +77,21 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
         ),
     },
     {
+      provide: GrpcDoor,
+      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
+      useFactory: (
+        engine: IdempotencyEngine,
+        settings: ModuleSettings,
+        transactions: IdempotencyTransactionRunner,
+      ) =>
+        new GrpcDoor(
+          engine,
+          settings,
+          settings.options.logger ?? new Logger('Idempotency'),
+          transactions,
+        ),
+    },
+    {
       provide: GraphqlDoor,
       inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
       useFactory: (
@@ -103,6 +119,7 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
     IdempotencyExplorer,
     HttpDoor,
     MessageDoor,
+    GrpcDoor,
     GraphqlDoor,
     IdempotencyTransaction,
     IdempotencyPurgeScheduler,

@@ -23,6 +23,8 @@ export const NEST_METADATA = {
   pattern: 'microservices:pattern',
   /** 1: request/response (`@MessagePattern`), 2: event (`@EventPattern`). */
   patternHandler: 'microservices:handler_type',
+  /** The `Transport` a message handler is bound to, when it names one (`@GrpcMethod`: GRPC). */
+  transport: 'microservices:transport',
   /** `@SubscribeMessage` on a WebSocket gateway. */
   websocketMessage: 'message',
   /** `@WebSocketGateway()`. */

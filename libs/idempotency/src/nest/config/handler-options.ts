@@ -26,7 +26,9 @@ export interface RpcKeySource {
   data: unknown;
   /**
    * The transport's message: Kafka key/headers/topic/partition/offset (bytes
-   * as lossless strings, see docs/messages.md), RabbitMQ properties/headers/fields.
+   * as lossless strings, see docs/messages.md), RabbitMQ properties/headers/fields,
+   * NATS subject/headers, MQTT topic/userProperties, Redis channel, TCP pattern,
+   * gRPC metadata (docs/grpc.md).
    */
   message: Record<string, unknown>;
   context: ExecutionContext;

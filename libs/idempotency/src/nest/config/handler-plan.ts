@@ -13,6 +13,7 @@ import { IDEMPOTENT_OPTION_KEYS, IdempotentOptions, KeySource } from './handler-
 import { CompiledKeyExpression, compileKeyExpression } from './key-expression';
 import { compileRmq, ModuleSettings, RmqRules } from './module-settings';
 import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from '../nest-metadata';
+import { compileGrpcMethod } from '../doors/grpc/grpc-method';
 
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
 export const RPC_ROOTS = ['data', 'message'] as const;
@@ -45,6 +46,8 @@ export interface HandlerPlan {
   replayHeaders?: Set<string>;
   /** HTTP: the status a replay of a resolved record (a value, not a response) goes out with. */
   replayStatus?: number;
+  /** RPC: a unary `@GrpcMethod` (keyed by its metadata by default; refusals as gRPC statuses). */
+  grpc?: boolean;
   /** RPC: an @EventPattern (no reply) rather than a @MessagePattern. */
   isEvent?: boolean;
   /** RPC: the RabbitMQ settlement rules for this handler. */
@@ -123,6 +126,7 @@ export function compileHandlerPlan(
       `${where}: option completion: 'transaction' needs a store that completes inside a database transaction (TypeOrmIdempotencyStore); ${storeName(settings.store)} cannot`,
     );
   }
+  const grpc = transport === 'rpc' && compileGrpcMethod(handler, where);
   const plan: HandlerPlan = {
     where,
     transport,
@@ -133,7 +137,7 @@ export function compileHandlerPlan(
     completion,
     required: options.required ?? (transport === 'rpc' ? true : settings.required),
     key: compileKey(options.key, transport, where),
-    fingerprint: compileFingerprint(options.fingerprint, transport, where),
+    fingerprint: compileFingerprint(options.fingerprint, grpc ? 'grpc' : transport, where),
   };
 
   if (transport === 'http') {
@@ -157,7 +161,8 @@ export function compileHandlerPlan(
   } else {
     plan.isEvent = Reflect.getMetadata(NEST_METADATA.patternHandler, handler) === EVENT_HANDLER;
     plan.rmq = compileRmq(options.rmq, `${where}: option "rmq`, settings.rmq);
-    if (plan.key.kind === 'header') {
+    if (grpc) plan.grpc = true;
+    else if (plan.key.kind === 'header') {
       throw new IdempotencyConfigError(
         `${where}: option "key" is required on a message handler, e.g. 'data.orderId', 'message.key' or 'message.properties.messageId'`,
       );
@@ -190,9 +195,10 @@ function compileKey(
   );
 }
 
+/** gRPC methods have a default fingerprint (their request message), other message handlers none. */
 function compileFingerprint(
   option: IdempotentOptions['fingerprint'],
-  transport: Transport,
+  transport: Transport | 'grpc',
   where: string,
 ): HandlerPlan['fingerprint'] {
   if (option === undefined) return transport === 'rpc' ? false : 'default';

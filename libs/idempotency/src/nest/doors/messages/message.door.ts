@@ -11,7 +11,7 @@ import { replayedValue } from '../../replayed-value';
 import { messageView } from './message-view';
 import { microservices } from './microservices';
 import { consumerNoAck, settleDelivery } from './rmq-settlement';
-import { rpcExceptions } from './rpc-exceptions';
+import { RpcExceptions, rpcExceptions } from './rpc-exceptions';
 import { Door, keyFromSource } from '../door';
 
 /**
@@ -30,12 +30,7 @@ export class MessageDoor extends Door {
     plan: HandlerPlan,
   ): Promise<unknown> {
     this.checkNoAck(context, plan);
-    const source: RpcKeySource = {
-      type: 'rpc',
-      data: context.switchToRpc().getData(),
-      message: messageView(context),
-      context,
-    };
+    const source = this.keySource(context);
     const outcome = await this.perform(
       plan,
       this.identify(plan, source, context),
@@ -49,7 +44,7 @@ export class MessageDoor extends Door {
         const replayed = replayedValue(outcome.payload, plan);
         if (replayed.kind === 'error') {
           if (plan.isEvent) return null;
-          throw rpcExceptions().rejected('idempotency-replayed-error', replayed.message);
+          throw this.exceptions(context).rejected('idempotency-replayed-error', replayed.message);
         }
         // Always a value: an empty stream would make Kafka retry and a request/reply hang.
         return replayed.value ?? null;
@@ -62,19 +57,35 @@ export class MessageDoor extends Door {
     }
   }
 
-  private identify(
+  /** What key expressions and functions see: the payload and the transport's message. */
+  protected keySource(context: ExecutionContext): RpcKeySource {
+    return {
+      type: 'rpc',
+      data: context.switchToRpc().getData(),
+      message: messageView(context),
+      context,
+    };
+  }
+
+  /** How refusals are thrown to this transport's caller. */
+  protected exceptions(_context: ExecutionContext): RpcExceptions {
+    return rpcExceptions();
+  }
+
+  protected identify(
     plan: HandlerPlan,
     source: RpcKeySource,
     context: ExecutionContext,
   ): CallIdentity {
     const found = keyFromSource(plan, source);
     if ('refused' in found) return found.refused;
-    const { key } = found;
-    const fingerprint =
-      plan.fingerprint === false || plan.fingerprint === 'default'
-        ? () => null
-        : () => (plan.fingerprint as (source: RpcKeySource) => string | undefined)(source) ?? null;
-    return this.identity(context, key, fingerprint, undefined);
+    return this.identity(context, found.key, () => this.fingerprintOf(plan, source), undefined);
+  }
+
+  /** The handler's fingerprint of the message: none unless it sets a function. */
+  protected fingerprintOf(plan: HandlerPlan, source: RpcKeySource): string | null {
+    if (plan.fingerprint === false || plan.fingerprint === 'default') return null;
+    return (plan.fingerprint as (source: RpcKeySource) => string | undefined)(source) ?? null;
   }
 
   /**
@@ -89,7 +100,7 @@ export class MessageDoor extends Door {
     ran: boolean,
     value?: unknown,
   ): unknown {
-    const exceptions = rpcExceptions();
+    const exceptions = this.exceptions(context);
     switch (refusal.code) {
       case 'idempotency-in-flight':
         settleDelivery(context, plan.rmq!, 'inFlight', refusal.retryAfterMs);
@@ -183,7 +194,7 @@ export class MessageDoor extends Door {
     settleDelivery(context, plan.rmq!, 'rejected');
     // An event has no caller to answer: thrown, Nest would only log it again, with its stack.
     if (plan.isEvent) return null;
-    throw rpcExceptions().outcomeUnknown(error);
+    throw this.exceptions(context).outcomeUnknown(error);
   }
 
   /**
@@ -209,7 +220,7 @@ export class MessageDoor extends Door {
     settleDelivery(context, plan.rmq!, 'rejected');
     // An event has no caller to answer: thrown, Nest would only log it again, with its stack.
     if (plan.isEvent) return null;
-    throw rpcExceptions().rejected(code, message);
+    throw this.exceptions(context).rejected(code, message);
   }
 
   /**
