@@ -83,6 +83,7 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
       try {
         expect(store).toBeInstanceOf(RedisIdempotencyStore);
         expect(store.cluster).toBe(false);
+        expect(store.clientLibrary).toBe('node-redis');
         expect(store.client.isOpen).toBe(true);
         const key = await expectReplay(url);
         // The record is in Redis, under the configured prefix.
