@@ -1,9 +1,8 @@
 import { IdempotencyConfigError, IdempotencyStoreUnavailableError } from '../../core/errors';
 import type { RedisClientPort, RedisNode } from './client.port';
-import { IoredisAdapter, ioredisKeyPrefix, isIoredis } from './ioredis.adapter';
+import { IoredisAdapter, IoredisClient, ioredisKeyPrefix, isIoredis } from './ioredis.adapter';
 import { isNodeRedis, NodeRedisAdapter, SUPPORTED_NODE_REDIS } from './node-redis.adapter';
 import type { RedisArgument, RedisClusterClient, RedisStandaloneClient } from './redis-client';
-import type { IoredisClient } from './ioredis.adapter';
 
 export type {
   RedisArgument,
