@@ -40,8 +40,8 @@ async function closedPort(): Promise<number> {
 }
 
 /** The store the module built: the one it provides as `IdempotencyStore`. */
-const builtStore = (app: INestApplication) =>
-  app.get(IdempotencyStore) as unknown as RedisIdempotencyStore;
+const builtStore = (app: Pick<INestApplication, 'get'>) =>
+  app.get(IdempotencyStore) as unknown as ReturnType<typeof RedisIdempotencyStore.fromUrl>;
 
 /** A payment, then its duplicate: the second is a replay, the handler ran once. */
 async function expectReplay(url: string): Promise<string> {
@@ -83,6 +83,7 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
       try {
         expect(store).toBeInstanceOf(RedisIdempotencyStore);
         expect(store.cluster).toBe(false);
+        expect(store.clientLibrary).toBe('node-redis');
         expect(store.client.isOpen).toBe(true);
         const key = await expectReplay(url);
         // The record is in Redis, under the configured prefix.
@@ -180,7 +181,7 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
       );
       expect(error.message).not.toContain(PASSWORD);
       expect(moduleRef.get(IdempotencyStore).constructor).toBe(RedisIdempotencyStore);
-      expect((moduleRef.get(IdempotencyStore) as RedisIdempotencyStore).client.isOpen).toBe(false);
+      expect(builtStore(moduleRef).client.isOpen).toBe(false);
     });
 
     it('never loads the redis package unless store: { redis } asks for it', async () => {

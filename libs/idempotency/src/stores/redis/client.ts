@@ -1,65 +1,75 @@
-import * as fs from 'node:fs';
-import * as path from 'node:path';
-import { IdempotencyStoreUnavailableError } from '../../core/errors';
-import type {
-  RedisArgument,
-  RedisClusterClient,
-  RedisCommandOptions,
-  RedisIdempotencyClient,
-  RedisStandaloneClient,
-} from './redis-client';
-import { TopologyRefresh } from './topology';
+import { IdempotencyConfigError, IdempotencyStoreUnavailableError } from '../../core/errors';
+import type { RedisClientPort, RedisNode } from './client.port';
+import { IoredisAdapter, IoredisClient, ioredisKeyPrefix, isIoredis } from './ioredis.adapter';
+import { isNodeRedis, NodeRedisAdapter, SUPPORTED_NODE_REDIS } from './node-redis.adapter';
+import type { RedisArgument, RedisClusterClient, RedisStandaloneClient } from './redis-client';
 
 export type {
   RedisArgument,
   RedisClusterClient,
   RedisClusterSubscriber,
   RedisCommandOptions,
-  RedisIdempotencyClient,
   RedisStandaloneClient,
   RedisStandaloneSubscriber,
 } from './redis-client';
+export type {
+  IoredisClient,
+  IoredisClusterClient,
+  IoredisStandaloneClient,
+} from './ioredis.adapter';
+export type { RedisClientLibrary, RedisClientPort, RedisNode } from './client.port';
 
-export function isCluster(client: RedisIdempotencyClient): client is RedisClusterClient {
-  return typeof (client as RedisClusterClient).nodeClient === 'function';
+/**
+ * The application's client: node-redis (`createClient()` or `createCluster()`
+ * of `redis` 5 or 6) or ioredis 5 (`new Redis()` or `new Cluster()`). The
+ * store never connects, closes or reconfigures it.
+ */
+export type RedisIdempotencyClient = RedisStandaloneClient | RedisClusterClient | IoredisClient;
+
+/**
+ * The client port for the application's client, told apart by shape: neither
+ * library is loaded. `where` names the caller in the configuration error.
+ */
+export function adaptRedisClient(
+  client: unknown,
+  where = 'RedisIdempotencyStore',
+): RedisClientPort {
+  if (client && typeof client === 'object') {
+    if (isIoredis(client)) {
+      const prefix = ioredisKeyPrefix(client);
+      if (prefix !== undefined) {
+        throw new IdempotencyConfigError(
+          `${where}: the ioredis client has option keyPrefix set; ioredis would prefix the store's keys but not the ones SCAN returns. Pass a client without keyPrefix and set the store's own keyPrefix option instead`,
+        );
+      }
+      return new IoredisAdapter(client);
+    }
+    if (isNodeRedis(client)) return new NodeRedisAdapter(client);
+  }
+  throw new IdempotencyConfigError(
+    `${where} needs a Redis client: createClient() or createCluster() of the redis package (${SUPPORTED_NODE_REDIS}), or new Redis() or new Cluster() of ioredis 5`,
+  );
 }
 
-/** RESP3's (and node-redis's) type byte for a bulk string: `$`. */
-const BLOB_STRING = 36;
 /**
- * The type mapping of every command the store sends, whatever the
- * application configured on its client: bulk strings as Buffers (the payload
- * byte for byte; the store decodes the rest), every other type as node-redis
- * decodes it by default.
- */
-export const AS_BUFFERS: RedisCommandOptions['typeMapping'] = { [BLOB_STRING]: Buffer };
-
-/**
- * A command on a ready standalone client: see `RedisCommands.send`. `timeout: 0`
- * overrides the client's own default (node-redis 6 gives every command 5 s
- * unless told otherwise; an application's `commandOptions.timeout` too), and
- * node-redis then makes no abort signal for it.
- */
-const READY_OPTIONS: RedisCommandOptions = { timeout: 0, typeMapping: AS_BUFFERS };
-
-/**
- * One command on the application's client, routed by `key` on a Cluster (the
- * client follows MOVED and ASK itself), given up after `timeoutMs` with
- * `IdempotencyStoreUnavailableError`. node-redis drops the command if it was
- * still queued by then (a client reconnecting queues commands; on a standalone
- * client, one sent while it was ready is not dropped); one
- * already written may still run on the server.
+ * Commands on the application's client (through its client port), routed by
+ * `key` on a Cluster (the client follows MOVED and ASK itself), given up after
+ * `timeoutMs` with `IdempotencyStoreUnavailableError`. A command the client
+ * still queued by then may be dropped (node-redis) or sent later (ioredis's
+ * offline queue); one already written may still run on the server.
  */
 export class RedisCommands {
-  readonly cluster: boolean;
-  private readonly topology?: TopologyRefresh;
+  readonly port: RedisClientPort;
 
   constructor(
-    readonly client: RedisIdempotencyClient,
+    client: RedisIdempotencyClient | RedisClientPort,
     private readonly timeoutMs: number,
   ) {
-    this.cluster = isCluster(client);
-    if (isCluster(client)) this.topology = new TopologyRefresh(client);
+    this.port = isPort(client) ? client : adaptRedisClient(client);
+  }
+
+  get cluster(): boolean {
+    return this.port.cluster;
   }
 
   send(
@@ -69,50 +79,23 @@ export class RedisCommands {
     options: { timeoutMs?: number } = {},
   ): Promise<unknown> {
     const timeoutMs = options.timeoutMs ?? this.timeoutMs;
-    const client = this.client;
-    if (isCluster(client)) {
-      return this.bounded(operation, timeoutMs, () =>
-        client.sendCommand(key, false, args, { timeout: timeoutMs, typeMapping: AS_BUFFERS }),
-      ).catch((error: unknown) => {
-        // Unanswered: its shard's master may be gone, and a replica promoted in its place.
-        if (error instanceof IdempotencyStoreUnavailableError) this.topology!.request();
-        throw error;
-      });
-    }
-    // A ready client normally writes the command before the event loop's next
-    // turn (setImmediate), so the store's own timer alone bounds it; one that is
-    // reconnecting queues it, and node-redis's timeout then drops it from the
-    // queue when the store gives up. (A ready client can still hold a command
-    // back, behind a full socket buffer: it may then run after the store gave up,
-    // as one already written may.) Given a timeout, node-redis makes an
-    // AbortSignal.timeout per command, about 20 µs on the hot path.
-    const commandOptions = client.isReady
-      ? READY_OPTIONS
-      : { timeout: timeoutMs, typeMapping: AS_BUFFERS };
-    return this.bounded(operation, timeoutMs, () => client.sendCommand(args, commandOptions));
+    const sent = this.bounded(operation, timeoutMs, () => this.port.send(key, args, timeoutMs));
+    if (!this.port.cluster) return sent;
+    return sent.catch((error: unknown) => {
+      // Unanswered: its shard's master may be gone, and a replica promoted in its place.
+      if (error instanceof IdempotencyStoreUnavailableError) this.port.unanswered();
+      throw error;
+    });
   }
 
-  /**
-   * One client per master, for what must visit every shard (SCAN, SCRIPT LOAD).
-   * Standalone: the application's client itself.
-   */
-  async masters(operation: string): Promise<Array<Pick<RedisStandaloneClient, 'sendCommand'>>> {
-    const client = this.client;
-    if (!isCluster(client)) return [client];
-    return this.bounded(operation, this.timeoutMs, () =>
-      Promise.all(client.masters.map((master) => client.nodeClient(master as never))),
-    );
+  /** One node per master, for what must visit every shard (SCAN, SCRIPT LOAD). */
+  masters(operation: string): Promise<RedisNode[]> {
+    return this.bounded(operation, this.timeoutMs, () => this.port.masters());
   }
 
-  /** A command on one node's client (from `masters`), bounded like `send`. */
-  sendTo(
-    node: Pick<RedisStandaloneClient, 'sendCommand'>,
-    operation: string,
-    args: ReadonlyArray<RedisArgument>,
-  ): Promise<unknown> {
-    return this.bounded(operation, this.timeoutMs, () =>
-      node.sendCommand(args, { timeout: this.timeoutMs, typeMapping: AS_BUFFERS }),
-    );
+  /** A command on one node (from `masters`), bounded like `send`. */
+  sendTo(node: RedisNode, operation: string, args: ReadonlyArray<RedisArgument>): Promise<unknown> {
+    return this.bounded(operation, this.timeoutMs, () => node.send(args, this.timeoutMs));
   }
 
   /**
@@ -120,23 +103,13 @@ export class RedisCommands {
    * all within one `timeoutMs`: a master that does not answer fails it.
    */
   ping(): Promise<void> {
-    const client = this.client;
     return this.bounded('ping', this.timeoutMs, async () => {
-      if (!isCluster(client)) {
-        await client.sendCommand(
-          ['PING'],
-          client.isReady ? READY_OPTIONS : { timeout: this.timeoutMs, typeMapping: AS_BUFFERS },
-        );
+      if (!this.port.cluster) {
+        await this.port.send(undefined, ['PING'], this.timeoutMs);
         return;
       }
-      const nodes = await Promise.all(
-        client.masters.map((master) => client.nodeClient(master as never)),
-      );
-      await Promise.all(
-        nodes.map((node) =>
-          node.sendCommand(['PING'], { timeout: this.timeoutMs, typeMapping: AS_BUFFERS }),
-        ),
-      );
+      const nodes = await this.port.masters();
+      await Promise.all(nodes.map((node) => node.send(['PING'], this.timeoutMs)));
     });
   }
 
@@ -145,7 +118,7 @@ export class RedisCommands {
     timeoutMs: number,
     call: () => Promise<T>,
   ): Promise<T> {
-    if (!this.client.isOpen) {
+    if (!this.port.isOpen) {
       throw new IdempotencyStoreUnavailableError(
         `Redis is unavailable during ${operation}: the client is not open (connect it before the store is used; was it closed?)`,
       );
@@ -169,7 +142,7 @@ export class RedisCommands {
 
   private timeoutMessage(operation: string, timeoutMs: number): string {
     const state =
-      this.client.isReady === false ? ' (the client is not connected: it is reconnecting)' : '';
+      this.port.isReady === false ? ' (the client is not connected: it is reconnecting)' : '';
     return `Redis did not answer ${operation} within ${timeoutMs} ms${state}`;
   }
 
@@ -181,6 +154,10 @@ export class RedisCommands {
       : `Redis is unavailable during ${operation}: ${(error as Error).message}`;
     return new IdempotencyStoreUnavailableError(message, 1000, { cause: error });
   }
+}
+
+function isPort(value: unknown): value is RedisClientPort {
+  return value instanceof NodeRedisAdapter || value instanceof IoredisAdapter;
 }
 
 /** Server replies that mean "not now" rather than "wrong": loading, failing over, a busy script, out of memory. */
@@ -198,9 +175,11 @@ function classNames(error: object): string[] {
   return names;
 }
 
-/** A reply the server sent (node-redis's `ErrorReply` and its subclasses). */
+/** A reply the server sent (node-redis's `ErrorReply` and its subclasses, ioredis's `ReplyError`). */
 export function isErrorReply(error: unknown): error is Error {
-  return error instanceof Error && classNames(error).includes('ErrorReply');
+  if (!(error instanceof Error)) return false;
+  const names = classNames(error);
+  return names.includes('ErrorReply') || names.includes('ReplyError');
 }
 
 function isTimeout(error: unknown): boolean {
@@ -220,7 +199,13 @@ const CLIENT_UNAVAILABLE = new Set([
   'MaxCommandRedirectionsError',
   'TimeoutError',
   'AbortError',
+  // ioredis
+  'MaxRetriesPerRequestError',
+  'ClusterAllFailedError',
 ]);
+/** ioredis's plain `Error`s for a connection that is gone or not there yet. */
+const IOREDIS_UNAVAILABLE =
+  /^(Connection is closed|Stream isn't writeable|None of startup nodes is available|Failed to refresh slots cache|Cluster isn't ready|Too many Cluster redirections)/;
 const NETWORK_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -238,72 +223,14 @@ const NETWORK_CODES = new Set([
  */
 export function isUnavailable(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
-  if (isErrorReply(error)) return UNAVAILABLE_REPLY.test(error.message);
+  const message = error.message;
+  if (isErrorReply(error)) return UNAVAILABLE_REPLY.test(message);
   if (classNames(error).some((name) => CLIENT_UNAVAILABLE.has(name))) return true;
+  if (IOREDIS_UNAVAILABLE.test(message)) return true;
   const code = (error as { code?: unknown }).code;
   return typeof code === 'string' && NETWORK_CODES.has(code);
 }
 
 export function isNoScript(error: unknown): boolean {
   return isErrorReply(error) && error.message.startsWith('NOSCRIPT');
-}
-
-/** The node-redis majors the store works with (the `redis` peer range). */
-export const SUPPORTED_NODE_REDIS = 'node-redis 5 or 6 (the redis package ^5 || ^6)';
-
-/**
- * Whether the client can be told to hand bulk strings back as Buffers: node-redis
- * 5 and 6 take `typeMapping` per command (and have `withTypeMapping`); 4 and
- * older ignore it and decode every reply as UTF-8 text, which no stored payload
- * survives.
- */
-export function takesTypeMapping(client: RedisIdempotencyClient): boolean {
-  return typeof (client as { withTypeMapping?: unknown }).withTypeMapping === 'function';
-}
-
-/**
- * The package (and version) that made the client, for messages: found by its
- * class among the CommonJS modules loaded so far, then that module's nearest
- * package.json (node-redis 4's client is `@redis/client` 1.x, 5's and 6's their
- * own major). Undefined when it cannot be told (an ES-module build, a bundle).
- */
-export function clientPackageOf(client: RedisIdempotencyClient): string | undefined {
-  try {
-    const classes = new Set<unknown>();
-    for (
-      let p = Object.getPrototypeOf(client);
-      p && p !== Object.prototype;
-      p = Object.getPrototypeOf(p)
-    ) {
-      classes.add(p.constructor);
-    }
-    const cache = typeof require === 'function' ? require.cache : undefined;
-    for (const loaded of Object.values(cache ?? {})) {
-      const exports = loaded?.exports as Record<string, unknown> | undefined;
-      if (!exports || (typeof exports !== 'object' && typeof exports !== 'function')) continue;
-      const defines =
-        classes.has(exports) || Object.values(exports).some((value) => classes.has(value));
-      if (!defines) continue;
-      for (
-        let dir = path.dirname(loaded!.filename);
-        dir !== path.dirname(dir);
-        dir = path.dirname(dir)
-      ) {
-        const manifest = path.join(dir, 'package.json');
-        if (!fs.existsSync(manifest)) continue;
-        const { name, version } = JSON.parse(fs.readFileSync(manifest, 'utf8')) as {
-          name?: string;
-          version?: string;
-        };
-        if (name && version) {
-          // node-redis 4 is `redis` 4.x around `@redis/client` 1.x.
-          const four = name === '@redis/client' && /^1\./.test(version) ? ' (node-redis 4)' : '';
-          return `${name} ${version}${four}`;
-        }
-      }
-    }
-  } catch {
-    // Only for a message: nothing to say, then.
-  }
-  return undefined;
 }

@@ -2,7 +2,7 @@ import { errorText } from '../../core/error-text';
 import { IdempotencyConfigError, IdempotencyStoreUnavailableError } from '../../core/errors';
 import type { IdempotencyLogger } from '../../core/logger';
 import { optionalPeer } from '../../core/optional-peer';
-import type { RedisIdempotencyClient } from './client';
+import type { RedisClusterClient, RedisStandaloneClient } from './redis-client';
 
 /**
  * How `RedisIdempotencyStore.fromUrl` (and the module's `store: { redis }`)
@@ -26,7 +26,7 @@ export interface RedisConnectionOptions {
 
 /** The client the store created for itself, and how it opens and closes it. */
 export interface OwnedRedisConnection {
-  readonly client: RedisIdempotencyClient;
+  readonly client: RedisStandaloneClient | RedisClusterClient;
   /** `host:port` (or the seed nodes of a Cluster), never a user or a password: safe to print. */
   readonly target: string;
   /** Connects, unless open already; bounded by `connectTimeoutMs`, after which the client is dropped. */
@@ -117,7 +117,7 @@ export function createOwnedConnection(
   });
 
   return {
-    client: client as unknown as RedisIdempotencyClient,
+    client: client as unknown as RedisStandaloneClient | RedisClusterClient,
     target,
     async connect() {
       if (client.isOpen) return;

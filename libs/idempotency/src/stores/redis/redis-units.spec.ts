@@ -71,7 +71,9 @@ describe('RedisIdempotencyStore options', () => {
   };
 
   it('refuses what is not a node-redis client, and bad numbers', () => {
-    expect(() => new RedisIdempotencyStore({} as never)).toThrow(/needs a node-redis client/);
+    expect(() => new RedisIdempotencyStore({} as never)).toThrow(
+      /needs a Redis client: createClient\(\) or createCluster\(\) of the redis package/,
+    );
     expect(() => new RedisIdempotencyStore(client as never, { operationTimeoutMs: 0 })).toThrow(
       IdempotencyConfigError,
     );

@@ -38,15 +38,16 @@ import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
 import { fingerprintsConflict } from '../../core/decide';
 import {
-  clientPackageOf,
-  isCluster,
+  adaptRedisClient,
   isNoScript,
+  RedisClusterClient,
   RedisCommands,
   RedisIdempotencyClient,
-  SUPPORTED_NODE_REDIS,
-  takesTypeMapping,
+  RedisStandaloneClient,
 } from './client';
+import type { RedisClientLibrary } from './client.port';
 import { DEFAULT_KEY_PREFIX, RecordNames, RedisKeys } from './keys';
+import { SUPPORTED_NODE_REDIS } from './node-redis.adapter';
 import {
   ACQUIRE,
   COMPLETE,
@@ -134,7 +135,8 @@ const MIN_CLUSTER: [number, number] = [7, 0];
 const SCAN_COUNT = '1000';
 
 /**
- * Redis store, standalone or Redis Cluster, on node-redis (`redis`): each
+ * Redis store, standalone or Redis Cluster, on node-redis (`redis`) or
+ * ioredis (see ./client.port.ts for the boundary between them): each
  * transition is one Lua script (see ./scripts.ts), waiters are woken by
  * pub/sub (sharded on a Cluster), and Redis expires records itself. See
  * docs/redis.md for the layout, the round trips and what survives a restart
@@ -145,7 +147,9 @@ const SCAN_COUNT = '1000';
  * of its own (per shard on a Cluster) for its subscriptions, on the first
  * wait, and closes it in `close()`.
  */
-export class RedisIdempotencyStore implements IdempotencyStore {
+export class RedisIdempotencyStore<
+  Client extends RedisIdempotencyClient = RedisIdempotencyClient,
+> implements IdempotencyStore {
   readonly keys: RedisKeys;
   private readonly commands: RedisCommands;
   private readonly waiters = new WaiterRegistry();
@@ -179,25 +183,24 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   static fromUrl(
     url: string | readonly string[],
     options: RedisIdempotencyStoreFromUrlOptions = {},
-  ): RedisIdempotencyStore {
+  ): RedisIdempotencyStore<RedisStandaloneClient | RedisClusterClient> {
     refuseUnknownOptions(options, REDIS_FROM_URL_OPTION_KEYS, 'RedisIdempotencyStore.fromUrl');
     const { cluster, connectTimeoutMs, clientOptions, ...storeOptions } = options;
     const logger = storeOptions.logger ?? defaultLogger();
     const owned = createOwnedConnection(url, { cluster, connectTimeoutMs, clientOptions }, logger);
-    const store = new RedisIdempotencyStore(owned.client, { ...storeOptions, logger });
+    const store = new RedisIdempotencyStore<RedisStandaloneClient | RedisClusterClient>(
+      owned.client,
+      { ...storeOptions, logger },
+    );
     store.owned = owned;
     return store;
   }
 
   constructor(
-    readonly client: RedisIdempotencyClient,
+    readonly client: Client,
     options: RedisIdempotencyStoreOptions = {},
   ) {
-    if (!client || typeof (client as { sendCommand?: unknown }).sendCommand !== 'function') {
-      throw new IdempotencyConfigError(
-        'RedisIdempotencyStore needs a node-redis client: createClient() or createCluster() of the `redis` package',
-      );
-    }
+    const port = adaptRedisClient(client);
     refuseUnknownOptions(options, REDIS_STORE_OPTION_KEYS, 'RedisIdempotencyStore');
     refuseUnknownOptions(
       options.waitForReplicas,
@@ -227,14 +230,14 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     }
     this.logger = options.logger ?? defaultLogger();
     this.byteProbe = options.byteProbe ?? true;
-    this.commands = new RedisCommands(client, this.timeoutMs);
-    if (isCluster(client)) {
+    this.commands = new RedisCommands(port, this.timeoutMs);
+    if (port.cluster) {
       this.publish = 'SPUBLISH';
-      this.wakeups = new ClusterWakeups(client, this.waiters, this.logger, this.timeoutMs);
+      this.wakeups = new ClusterWakeups(port, this.waiters, this.logger, this.timeoutMs);
     } else {
       this.publish = 'PUBLISH';
       this.wakeups = new StandaloneWakeups(
-        client,
+        port,
         this.keys.wakeChannel,
         this.waiters,
         this.logger,
@@ -246,6 +249,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   /** True when the client is a Cluster client (sharded pub/sub, SCAN on every master). */
   get cluster(): boolean {
     return this.commands.cluster;
+  }
+
+  /** The library of the client the store runs on: `node-redis` (also what `fromUrl` creates) or `ioredis`. */
+  get clientLibrary(): RedisClientLibrary {
+    return this.commands.port.library;
   }
 
   /**
@@ -627,11 +635,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   /** A client that cannot hand back bytes (node-redis 4 or older) would corrupt every stored result. */
   private checkClient(): void {
-    if (takesTypeMapping(this.client)) return;
-    const found = clientPackageOf(this.client);
-    throw new IdempotencyConfigError(
-      `RedisIdempotencyStore: the Redis client is ${found ? `from ${found}` : 'node-redis 4 or older'}, which decodes every reply as text (stored results would not come back byte for byte); supported: ${SUPPORTED_NODE_REDIS}`,
-    );
+    const problem = this.commands.port.bytesProblem();
+    if (problem) throw new IdempotencyConfigError(`RedisIdempotencyStore: ${problem}`);
   }
 
   /**
@@ -647,9 +652,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       await this.commands.send('init', key, ['SET', key, PROBE_BYTES, 'PX', String(PROBE_TTL_MS)]);
       const mismatch = probeMismatch(await this.commands.send('init', key, ['GET', key]));
       if (mismatch) {
-        const found = clientPackageOf(this.client);
+        const found = this.commands.port.describe();
         throw new IdempotencyConfigError(
-          `RedisIdempotencyStore: stored bytes do not come back unchanged through this Redis client${found ? ` (${found})` : ''}: ${mismatch}; supported: ${SUPPORTED_NODE_REDIS}`,
+          `RedisIdempotencyStore: stored bytes do not come back unchanged through this Redis client${found ? ` (${found})` : ''}: ${mismatch}; supported: ${SUPPORTED_NODE_REDIS} or ioredis 5`,
         );
       }
       failed = false;

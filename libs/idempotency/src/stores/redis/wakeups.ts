@@ -1,11 +1,7 @@
 import { IdempotencyLogger } from '../../core/logger';
 import { WaiterRegistry } from '../../core/waiters';
-import {
-  RedisClusterClient,
-  RedisClusterSubscriber,
-  RedisStandaloneClient,
-  RedisStandaloneSubscriber,
-} from './client';
+import type { RedisClientPort } from './client.port';
+import type { RedisClusterSubscriber, RedisStandaloneSubscriber } from './redis-client';
 import type { RecordNames } from './keys';
 
 /**
@@ -58,7 +54,7 @@ export class StandaloneWakeups implements Wakeups {
   private subscribed = false;
 
   constructor(
-    private readonly client: RedisStandaloneClient,
+    private readonly port: RedisClientPort,
     private readonly channel: string,
     private readonly registry: WaiterRegistry,
     private readonly logger: IdempotencyLogger,
@@ -93,7 +89,7 @@ export class StandaloneWakeups implements Wakeups {
     let subscriber = this.subscriber;
     try {
       if (!subscriber || !subscriber.isOpen) {
-        subscriber = this.client.duplicate();
+        subscriber = this.port.subscriber();
         this.subscriber = subscriber;
         this.subscribed = false;
         const current = subscriber;
@@ -105,7 +101,7 @@ export class StandaloneWakeups implements Wakeups {
         current.on('end', () => {
           if (this.subscriber === current) this.registry.notifyAll();
         });
-        // node-redis reconnects and subscribes again by itself; whatever was published
+        // node-redis and ioredis reconnect and subscribe again by themselves; whatever was published
         // meanwhile was missed, so every waiter looks again.
         current.on('ready', () => {
           if (this.subscriber === current && this.subscribed) this.registry.notifyAll();
@@ -144,9 +140,9 @@ interface Watched {
  * (`<prefix>w:{<id>}`, the record's slot), published by SPUBLISH on the
  * shard that holds the record, and heard only by processes that subscribed
  * to it: this one subscribes while a duplicate here waits on the record.
- * The subscriber is a Cluster client of the store's own
- * (`duplicate({ minimizeConnections: true })`): one connection per shard it
- * has subscriptions on, moved by node-redis when a slot moves.
+ * The subscriber is a Cluster client of the store's own (the client port's
+ * `shardedSubscriber()`): a connection per shard it has subscriptions on,
+ * moved by the client library when a slot moves.
  */
 export class ClusterWakeups implements Wakeups {
   private subscriber?: RedisClusterSubscriber;
@@ -156,7 +152,7 @@ export class ClusterWakeups implements Wakeups {
   private readonly listener = (message: string) => this.registry.notify(message);
 
   constructor(
-    private readonly client: RedisClusterClient,
+    private readonly port: RedisClientPort,
     private readonly registry: WaiterRegistry,
     private readonly logger: IdempotencyLogger,
     private readonly timeoutMs: number,
@@ -218,7 +214,7 @@ export class ClusterWakeups implements Wakeups {
   private connect(): Promise<RedisClusterSubscriber> {
     if (this.subscriber?.isOpen) return Promise.resolve(this.subscriber);
     this.connecting ??= (async () => {
-      const subscriber = this.client.duplicate({ minimizeConnections: true });
+      const subscriber = this.port.shardedSubscriber();
       subscriber.on('error', (error: Error) =>
         this.logger.debug?.(`Redis subscriber: ${error.message}`),
       );

@@ -1,0 +1,254 @@
+import type { RedisClientPort, RedisNode } from './client.port';
+import { keySlot } from './key-slot';
+import type {
+  RedisArgument,
+  RedisClusterSubscriber,
+  RedisStandaloneSubscriber,
+} from './redis-client';
+
+/*
+ * The slice of ioredis 5 the store uses, written out structurally (as
+ * ./redis-client.ts does for node-redis): this file loads nothing from
+ * `ioredis`, and a `Redis` or `Cluster` of the application's fits as it is.
+ */
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- EventEmitter's own listener type
+type AnyListener = (...args: any[]) => void;
+
+interface IoredisCommon {
+  /** `wait` (lazyConnect, not yet used), `connecting`, `connect`, `ready`, `reconnecting`, `close`, `end`. */
+  readonly status: string;
+  readonly isCluster: boolean;
+  callBuffer(command: string, ...args: Array<string | Buffer | number>): Promise<unknown>;
+  connect(): Promise<void>;
+  disconnect(reconnect?: boolean): void;
+  on(event: string | symbol, listener: AnyListener): unknown;
+}
+
+/** An ioredis `Redis` (a standalone server, or one node of a Cluster). */
+export interface IoredisStandaloneClient extends IoredisCommon {
+  readonly options: { keyPrefix?: string; host?: string; port?: number };
+  duplicate(override?: Record<string, unknown>): IoredisStandaloneClient;
+  subscribe(...channels: string[]): Promise<unknown>;
+}
+
+/** An ioredis `Cluster`. */
+export interface IoredisClusterClient extends IoredisCommon {
+  readonly options: { keyPrefix?: string; redisOptions?: { keyPrefix?: string } };
+  /** Slot → the keys (`host:port`) of its master, then its replicas. */
+  readonly slots: ReadonlyArray<ReadonlyArray<string> | undefined>;
+  nodes(role?: 'all' | 'master' | 'slave'): IoredisStandaloneClient[];
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- ioredis types the seed nodes `any[]`
+  duplicate(startupNodes?: any[], options?: Record<string, unknown>): IoredisClusterClient;
+  ssubscribe(...channels: string[]): Promise<unknown>;
+  sunsubscribe(...channels: string[]): Promise<unknown>;
+}
+
+export type IoredisClient = IoredisStandaloneClient | IoredisClusterClient;
+
+/** An ioredis client: `callBuffer` and a `status`. */
+export function isIoredis(client: object): client is IoredisClient {
+  return (
+    typeof (client as IoredisCommon).callBuffer === 'function' &&
+    typeof (client as IoredisCommon).status === 'string'
+  );
+}
+
+function isIoredisCluster(client: IoredisClient): client is IoredisClusterClient {
+  return client.isCluster === true;
+}
+
+/** A `keyPrefix` ioredis would put in front of the store's keys (but not of the keys SCAN returns). */
+export function ioredisKeyPrefix(client: IoredisClient): string | undefined {
+  const options = client.options as IoredisClusterClient['options'];
+  return options?.keyPrefix || options?.redisOptions?.keyPrefix || undefined;
+}
+
+const nodeKey = (node: IoredisStandaloneClient) => `${node.options.host}:${node.options.port}`;
+
+/**
+ * ioredis 5 behind the store's client port. Every command is `callBuffer`
+ * (bulk strings as Buffers; ioredis speaks RESP2); on a Cluster ioredis routes
+ * a command by the keys it finds in it (EVALSHA's, HMGET's…) and follows
+ * MOVED and ASK itself, and re-reads its slot map on a failover by itself.
+ * A command sent while the client reconnects waits in ioredis's offline queue;
+ * the store's own timer bounds the call, and such a command may still run
+ * later, as one already written may.
+ */
+export class IoredisAdapter implements RedisClientPort {
+  readonly library = 'ioredis' as const;
+  readonly cluster: boolean;
+
+  constructor(private readonly client: IoredisClient) {
+    this.cluster = isIoredisCluster(client);
+  }
+
+  get isOpen(): boolean {
+    return this.client.status !== 'end';
+  }
+
+  get isReady(): boolean | undefined {
+    return this.client.status === 'ready';
+  }
+
+  send(
+    key: string | undefined,
+    args: ReadonlyArray<RedisArgument>,
+    _timeoutMs: number,
+  ): Promise<unknown> {
+    const client = this.client;
+    const [name, ...rest] = args;
+    // WAIT names no key: ioredis would send it to any node, not to the one that took the write.
+    if (isIoredisCluster(client) && key !== undefined && String(name).toUpperCase() === 'WAIT') {
+      const owner = client.slots[keySlot(key)]?.[0];
+      const master = client.nodes('master').find((node) => nodeKey(node) === owner);
+      if (!master) return Promise.reject(new Error(`no known master holds the slot of ${key}`));
+      return master.callBuffer(String(name), ...rest);
+    }
+    return client.callBuffer(String(name), ...rest);
+  }
+
+  async masters(): Promise<RedisNode[]> {
+    const client = this.client;
+    const nodes = isIoredisCluster(client) ? client.nodes('master') : [client];
+    return nodes.map((node) => ({
+      send: (args) => {
+        const [name, ...rest] = args;
+        return node.callBuffer(String(name), ...rest);
+      },
+    }));
+  }
+
+  /** ioredis re-reads the slot map by itself when a node is lost or a command is redirected. */
+  unanswered(): void {}
+
+  subscriber(): RedisStandaloneSubscriber {
+    const client = this.client as IoredisStandaloneClient;
+    // Connected by the store when it first subscribes; subscriptions renewed after a reconnection.
+    return new IoredisSubscriber(client.duplicate({ lazyConnect: true, autoResubscribe: true }));
+  }
+
+  shardedSubscriber(): RedisClusterSubscriber {
+    const client = this.client as IoredisClusterClient;
+    return new IoredisShardedSubscriber(
+      client.duplicate([], { lazyConnect: true, shardedSubscribers: true }),
+    );
+  }
+
+  /** callBuffer hands every bulk string back as a Buffer. */
+  bytesProblem(): string | undefined {
+    return undefined;
+  }
+
+  describe(): string | undefined {
+    return this.cluster ? 'ioredis (Cluster)' : 'ioredis';
+  }
+}
+
+type Listener = (message: string, channel: string) => unknown;
+
+/** Delivers each channel's messages to the listeners subscribed to it. */
+class Listeners {
+  private readonly byChannel = new Map<string, Set<Listener>>();
+
+  add(channel: string, listener: Listener): void {
+    let set = this.byChannel.get(channel);
+    if (!set) this.byChannel.set(channel, (set = new Set()));
+    set.add(listener);
+  }
+
+  /** True when nobody listens to the channel any more. */
+  remove(channel: string, listener: Listener): boolean {
+    const set = this.byChannel.get(channel);
+    set?.delete(listener);
+    if (set && set.size > 0) return false;
+    this.byChannel.delete(channel);
+    return true;
+  }
+
+  deliver = (channel: string, message: string): void => {
+    this.byChannel.get(channel)?.forEach((listener) => listener(message, channel));
+  };
+}
+
+/** The store's duplicate of a standalone ioredis client, shaped as the wake-ups expect. */
+class IoredisSubscriber implements RedisStandaloneSubscriber {
+  private readonly listeners = new Listeners();
+
+  constructor(private readonly redis: IoredisStandaloneClient) {
+    redis.on('message', this.listeners.deliver);
+  }
+
+  get isOpen(): boolean {
+    return this.redis.status !== 'end';
+  }
+
+  get isReady(): boolean {
+    return this.redis.status === 'ready';
+  }
+
+  connect(): Promise<unknown> {
+    return this.redis.connect();
+  }
+
+  destroy(): void {
+    this.redis.disconnect();
+  }
+
+  async subscribe(channel: string, listener: Listener): Promise<void> {
+    this.listeners.add(channel, listener);
+    await this.redis.subscribe(channel);
+  }
+
+  /** `error`, `end` and `ready` mean for ioredis what they mean for node-redis. */
+  on(event: string, listener: AnyListener): this {
+    this.redis.on(event, listener);
+    return this;
+  }
+}
+
+/**
+ * The store's Cluster client for sharded pub/sub (`shardedSubscribers: true`:
+ * one subscriber connection per master, SSUBSCRIBE sent to the master of the
+ * channel's slot, subscriptions moved by ioredis when the slot map changes).
+ */
+class IoredisShardedSubscriber implements RedisClusterSubscriber {
+  private readonly listeners = new Listeners();
+
+  constructor(private readonly cluster: IoredisClusterClient) {
+    cluster.on('smessage', this.listeners.deliver);
+  }
+
+  get isOpen(): boolean {
+    return this.cluster.status !== 'end';
+  }
+
+  connect(): Promise<unknown> {
+    return this.cluster.connect();
+  }
+
+  destroy(): void {
+    this.cluster.disconnect();
+  }
+
+  async sSubscribe(channel: string, listener: Listener): Promise<void> {
+    this.listeners.add(channel, listener);
+    await this.cluster.ssubscribe(channel);
+  }
+
+  async sUnsubscribe(channel: string, listener: Listener): Promise<void> {
+    if (this.listeners.remove(channel, listener)) await this.cluster.sunsubscribe(channel);
+  }
+
+  /** node-redis's Cluster events, told by ioredis's sharded-subscriber group under other names. */
+  on(event: string, listener: AnyListener): this {
+    const names: Record<string, string[]> = {
+      error: ['error'],
+      'node-error': ['node error', 'nodeError'],
+      'node-reconnecting': ['-subscriber'],
+      'node-ready': ['subscribersReady'],
+    };
+    for (const name of names[event] ?? []) this.cluster.on(name, listener);
+    return this;
+  }
+}
