@@ -105,6 +105,31 @@ describeEachStore('Derived keys across processes and a takeover', (storeName) =>
     expect(other.value).not.toBe(report.charge);
   }, 60_000);
 
+  it.runIf(storeName !== 'redis')(
+    'hands a transactional action the context as its third argument',
+    async () => {
+      const engine = new IdempotencyEngine(opened.store, {
+        logger: quiet,
+        derivedKeys: { secret },
+      });
+      const key = `order-${randomUUID()}`;
+      const outcome = await engine.runInTransaction(
+        engine.policy({ scope, ttl: '1h' }),
+        { key },
+        async (_tx, _signal, ctx) => ({ digest: ctx.keyDigest, charge: ctx.deriveKey('charge') }),
+      );
+      const again = await engine.run(
+        engine.policy({ scope: `${scope}_c`, ttl: '1h' }),
+        { key },
+        async (_signal, ctx) => ctx.deriveKey('charge'),
+      );
+      expect(outcome.value.digest).toBe(keyDigest(scope, key));
+      expect(outcome.value.charge).toMatch(/^[\x21-\x7e]{1,64}$/);
+      // Another scope, another record: another key.
+      expect(again.value).not.toBe(outcome.value.charge);
+    },
+  );
+
   it('gives a retry after a thrown action the first attempt and the same derived key', async () => {
     const engine = new IdempotencyEngine(opened.store, { logger: quiet, derivedKeys: { secret } });
     const policy = engine.policy({ scope, ttl: '1h' });

@@ -158,9 +158,9 @@ function refusalFromLook(error: unknown, policy: ExecutionPolicy, runtime: Engin
 }
 
 /**
- * Runs the work where nothing is recorded (observe mode: where nothing will be
- * but its `context`'s record); under `completion: 'transaction'` still in a
- * transaction of its own.
+ * Runs the work where the lifecycle records nothing of it (observe mode hands
+ * it the `context` of a record it took); under `completion: 'transaction'`
+ * still in a transaction of its own.
  */
 function invokeUnrecorded<T>(
   work: CallWork<T>,
