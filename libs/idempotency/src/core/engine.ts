@@ -1,3 +1,5 @@
+import type { IdempotencyContext } from './context';
+import { compileDerivedKeys, type DerivedKeyOptions } from './derived-key';
 import { IdempotencyConfigError, IdempotencyError } from './errors';
 import { ScopeDurations } from './durations';
 import type { IdempotencyEvent, IdempotencyEventListener } from './events';
@@ -28,7 +30,15 @@ export type ExecuteOutcome<T> =
 export interface IdempotencyEngineOptions {
   logger?: IdempotencyLogger;
   completionRetry?: Partial<CompletionRetryOptions>;
+  /** How `IdempotencyContext.deriveKey` derives keys: `{ secret }` makes them unguessable from the raw key. */
+  derivedKeys?: DerivedKeyOptions;
 }
+
+/**
+ * The work of one idempotent call: `signal` aborts when the record's lease is
+ * lost; `context` names the record and derives keys for the calls it makes.
+ */
+export type IdempotentAction<T> = (signal: AbortSignal, context: IdempotencyContext) => Promise<T>;
 
 const DEFAULT_RETRY: CompletionRetryOptions = {
   attempts: 6,
@@ -47,7 +57,9 @@ const consoleLogger: IdempotencyLogger = {
  *
  *   const engine = new IdempotencyEngine(store);
  *   const charge = engine.policy({ scope: 'charges', ttl: 'P1D' });   // checked once
- *   const outcome = await engine.run(charge, { key }, async (signal) => chargeCard(signal));
+ *   const outcome = await engine.run(charge, { key }, async (signal, ctx) =>
+ *     chargeCard({ idempotencyKey: ctx.deriveKey('charge'), signal }),
+ *   );
  */
 export class IdempotencyEngine {
   private readonly listeners = new Set<IdempotencyEventListener>();
@@ -62,6 +74,7 @@ export class IdempotencyEngine {
       logger: options.logger ?? consoleLogger,
       retry: { ...DEFAULT_RETRY, ...options.completionRetry },
       durations: new ScopeDurations(),
+      derivedKeys: compileDerivedKeys(options.derivedKeys, 'IdempotencyEngine'),
       // Events are built only when someone listens: the hot path allocates nothing for them.
       emit: (event) => {
         if (this.listeners.size > 0) this.dispatch(event());
@@ -94,7 +107,7 @@ export class IdempotencyEngine {
    */
   async execute<T>(
     request: ExecuteRequest,
-    action: (signal: AbortSignal) => Promise<T>,
+    action: IdempotentAction<T>,
   ): Promise<ExecuteOutcome<T>> {
     return this.run(compilePolicy(request), request, action);
   }
@@ -103,11 +116,12 @@ export class IdempotencyEngine {
   async run<T>(
     policy: ExecutionPolicy,
     call: CallOptions,
-    action: (signal: AbortSignal) => Promise<T>,
+    action: IdempotentAction<T>,
   ): Promise<ExecuteOutcome<T>> {
     return valueOutcome(
       await this.perform<T>(policy, requestOf(call), {
-        invoke: ({ signal }) => action(signal),
+        // A call with a key always has its record's context.
+        invoke: ({ signal, context }) => action(signal, context!),
         capture: captureValue,
       }),
     );
@@ -125,7 +139,7 @@ export class IdempotencyEngine {
   async runInTransaction<T, Tx = unknown>(
     policy: ExecutionPolicy,
     call: CallOptions,
-    action: (tx: Tx, signal: AbortSignal) => Promise<T>,
+    action: (tx: Tx, signal: AbortSignal, context: IdempotencyContext) => Promise<T>,
     options: { transaction?: TransactionRunner<Tx> } = {},
   ): Promise<ExecuteOutcome<T>> {
     const transactional = this.store.transactional as TransactionalCompletion<Tx> | undefined;
@@ -138,7 +152,7 @@ export class IdempotencyEngine {
       options.transaction ?? ((work) => transactional.transaction(work));
     return valueOutcome(
       await this.perform<T>(policy, requestOf(call), {
-        invoke: ({ signal, tx }) => action(tx as Tx, signal),
+        invoke: ({ signal, tx, context }) => action(tx as Tx, signal, context!),
         capture: captureValue,
         transaction: runner as TransactionRunner,
       }),

@@ -7,7 +7,15 @@
 
 // The engine and its policies.
 export { IdempotencyEngine } from './engine';
-export type { ExecuteOutcome, ExecuteRequest, IdempotencyEngineOptions } from './engine';
+export type {
+  ExecuteOutcome,
+  ExecuteRequest,
+  IdempotencyEngineOptions,
+  IdempotentAction,
+} from './engine';
+export { IdempotencyContext } from './context';
+export type { IdempotencyAttempt } from './context';
+export type { DerivedKeyOptions } from './derived-key';
 export type { CallOptions } from './look';
 export { BUILT_IN_DEFAULTS } from './policy';
 export type {

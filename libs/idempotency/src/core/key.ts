@@ -18,9 +18,13 @@ const TENANT_MARK = '#tenant:';
  * when there is one), never the key or the tenant themselves.
  */
 export function keyDigest(scope: string, key: string, tenant?: string): string {
-  const secret = tenant === undefined ? key : `${tenant}\u0000${key}`;
+  return `${scope}/#${keyHash(key, tenant).slice(0, 12)}`;
+}
+
+/** The full SHA-256 (hex) over the key and its tenant that `keyDigest` is cut from. */
+export function keyHash(key: string, tenant?: string): string {
   // One-shot hash (Node ≥ 20.12; engines ask for 20.19): no Hash object per call.
-  return `${scope}/#${hash('sha256', secret).slice(0, 12)}`;
+  return hash('sha256', tenant === undefined ? key : `${tenant}\u0000${key}`);
 }
 
 /** The scope a store keeps for a tenant's record: the tenant is part of the record's identity. */

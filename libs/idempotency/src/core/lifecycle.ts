@@ -1,3 +1,5 @@
+import type { IdempotencyContext } from './context';
+import { runInContext } from './current-context';
 import { describeError } from './error-text';
 import {
   IdempotencyCompletionError,
@@ -69,6 +71,11 @@ export interface Invocation {
   capturing: boolean;
   /** `completion: 'transaction'`: the transaction's handle (a TypeORM `EntityManager`). */
   tx?: unknown;
+  /**
+   * The record's context (absent when the work runs without a record); it is
+   * also the current one while the work runs (`currentIdempotencyContext`).
+   */
+  context?: IdempotencyContext;
 }
 
 export type Capture =
@@ -132,9 +139,10 @@ export async function performCall<T>(
       ),
     };
   }
+  const { execution, context } = begun;
   return work.transaction
-    ? runInTransaction(runtime, policy, begun.execution, work, work.transaction)
-    : runAndComplete(runtime, policy, begun.execution, work);
+    ? runInTransaction(runtime, policy, execution, context, work, work.transaction)
+    : runAndComplete(runtime, policy, execution, context, work);
 }
 
 /** A look that refused: the refusal it stands for, logged where an operator should hear of it. */
@@ -149,12 +157,25 @@ function refusalFromLook(error: unknown, policy: ExecutionPolicy, runtime: Engin
   return refusal;
 }
 
-/** Runs the work where nothing is recorded; under `completion: 'transaction'` still in a transaction of its own. */
-function invokeUnrecorded<T>(work: CallWork<T>, capturing = false): Promise<T> {
+/**
+ * Runs the work where the lifecycle records nothing of it (observe mode hands
+ * it the `context` of a record it took); under `completion: 'transaction'`
+ * still in a transaction of its own.
+ */
+function invokeUnrecorded<T>(
+  work: CallWork<T>,
+  capturing = false,
+  context?: IdempotencyContext,
+): Promise<T> {
   const signal = NEVER_ABORTED;
   return work.transaction
-    ? work.transaction((tx) => work.invoke({ signal, capturing, tx }))
-    : work.invoke({ signal, capturing });
+    ? work.transaction((tx) => invoke(work, { signal, capturing, tx, context }))
+    : invoke(work, { signal, capturing, context });
+}
+
+/** One run of the work, with its record's context current while it runs (none without a record). */
+function invoke<T>(work: CallWork<T>, invocation: Invocation): Promise<T> {
+  return runInContext(invocation.context, () => work.invoke(invocation));
 }
 
 const NEVER_ABORTED = new AbortController().signal;
@@ -164,11 +185,12 @@ async function runAndComplete<T>(
   runtime: EngineRuntime,
   policy: ExecutionPolicy,
   execution: Execution,
+  context: IdempotencyContext,
   work: CallWork<T>,
 ): Promise<CallOutcome<T>> {
   let value: T;
   try {
-    value = await work.invoke({ signal: execution.signal, capturing: true });
+    value = await invoke(work, { signal: execution.signal, capturing: true, context });
   } catch (error) {
     // Released; in strict mode AMBIGUOUS once the work's body began.
     await execution.fail(error, work.entered?.() ?? true);
@@ -288,6 +310,7 @@ async function runInTransaction<T>(
   runtime: EngineRuntime,
   policy: ExecutionPolicy,
   execution: Execution,
+  context: IdempotencyContext,
   work: CallWork<T>,
   runner: TransactionRunner,
 ): Promise<CallOutcome<T>> {
@@ -297,7 +320,12 @@ async function runInTransaction<T>(
     const value = await execution.runInTransaction(
       runner,
       async (tx) => {
-        const value = await work.invoke({ signal: execution.signal, capturing: true, tx });
+        const value = await invoke(work, {
+          signal: execution.signal,
+          capturing: true,
+          tx,
+          context,
+        });
         returned = true;
         work.returned?.(value);
         const capture = await captureOf(work, value, execution);
@@ -462,10 +490,10 @@ async function observe<T>(
     report('replayed', key, tenant);
     return unrecorded();
   }
-  const { execution } = begun;
+  const { execution, context } = begun;
   let value: T;
   try {
-    value = await invokeUnrecorded(work, true);
+    value = await invokeUnrecorded(work, true, context);
   } catch (error) {
     await execution.release('action-failed');
     throw error;

@@ -1,3 +1,4 @@
+import { IdempotencyContext } from './context';
 import { IdempotencyFingerprintMismatchError, IdempotencyInFlightError } from './errors';
 import { fingerprintsConflict } from './decide';
 import { describeError } from './error-text';
@@ -32,9 +33,12 @@ export interface CallOptions {
   untenantedFallback?: boolean;
 }
 
-/** What `begin` found: the record is ours to run, or it was already completed. */
+/**
+ * What `begin` found: the record is ours to run (with the context its work
+ * is handed), or it was already completed.
+ */
 export type BeginOutcome =
-  | { kind: 'acquired'; execution: Execution }
+  | { kind: 'acquired'; execution: Execution; context: IdempotencyContext }
   | { kind: 'replayed'; payload: StoredPayload; completedAt: Date };
 
 /**
@@ -108,6 +112,12 @@ export async function begin(
       }
       // The digest is computed when a log line or an event first needs it, then kept.
       const execution = new Execution(runtime, policy.scope, digest, result.lease, policy);
+      const context = new IdempotencyContext(
+        { scope: policy.scope, key, tenant },
+        result.stolen === true ? 'takeover' : 'first',
+        () => execution.keyDigest,
+        runtime.derivedKeys,
+      );
       runtime.emit(() => ({
         type: 'acquired',
         scope: policy.scope,
@@ -115,7 +125,7 @@ export async function begin(
         acquireMs: performance.now() - startedAt,
         stolen: result.stolen === true,
       }));
-      return { kind: 'acquired', execution };
+      return { kind: 'acquired', execution, context };
     }
     case 'in-flight': {
       // The store knows the lease left; this process knows how long the scope's actions take.

@@ -1,3 +1,4 @@
+import type { DerivedKeySecret } from './derived-key';
 import type { ScopeDurations } from './durations';
 import type { IdempotencyEvent } from './events';
 import type { IdempotencyLogger } from './logger';
@@ -23,4 +24,6 @@ export interface EngineRuntime {
   emit: (event: () => IdempotencyEvent) => void;
   /** Recent action times per scope, for the retry advice given to a duplicate in flight. */
   durations: ScopeDurations;
+  /** What `IdempotencyContext.deriveKey` derives with (the `derivedKeys` option, checked). */
+  derivedKeys: DerivedKeySecret;
 }

@@ -139,6 +139,7 @@ function createEngine(settings: ModuleSettings): IdempotencyEngine {
   if (options.telemetry) store = new TracingIdempotencyStore(store, telemetry);
   const engine = new IdempotencyEngine(store, {
     logger: options.logger ?? new Logger('Idempotency'),
+    derivedKeys: options.derivedKeys,
   });
   if (options.telemetry) instrumentIdempotencyEngine(engine, telemetry);
   if (options.onEvent) engine.onEvent(options.onEvent);

@@ -44,6 +44,7 @@ export type {
   RpcKeySource,
 } from './config/handler-options';
 export { IdempotencyInterceptor } from './idempotency.interceptor';
+export { IdempotencyCtx } from './idempotency-ctx.decorator';
 
 // What the doors answer.
 export { IdempotencyHttpException, IdempotencyProblemFilter } from './doors/http/problem';

@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { DerivedKeyOptions } from '../../core/derived-key';
 import type { Duration } from '../../core/duration';
 import type { ReconcileHook } from '../../core/policy';
 import type { IdempotencyEvent } from '../../core/events';
@@ -202,6 +203,12 @@ export interface IdempotencyModuleOptions {
    */
   telemetry?: boolean | IdempotencyTelemetryOptions;
   logger?: IdempotencyLogger;
+  /**
+   * How `IdempotencyContext.deriveKey` derives the keys of outbound calls:
+   * with `{ secret }` (at least 32 bytes) they cannot be computed from the
+   * raw key; without, anyone who knows the raw key and the scope can.
+   */
+  derivedKeys?: DerivedKeyOptions;
 }
 
 export interface IdempotencyTelemetryOptions {
@@ -221,6 +228,7 @@ export const MODULE_OPTION_KEYS = optionKeys<IdempotencyModuleOptions>()([
   'onEvent',
   'telemetry',
   'logger',
+  'derivedKeys',
 ]);
 
 export const TELEMETRY_OPTION_KEYS = optionKeys<IdempotencyTelemetryOptions>()(['meter', 'tracer']);

@@ -1,3 +1,4 @@
+import { compileDerivedKeys } from '../../core/derived-key';
 import { parseDuration } from '../../core/duration';
 import { IdempotencyConfigError } from '../../core/errors';
 import { DEFAULT_MAX_KEY_LENGTH } from '../../core/key';
@@ -59,6 +60,7 @@ export function compileModuleSettings(given: IdempotencyModuleOptions | undefine
   refuseUnknownOptions(given?.purge, PURGE_OPTION_KEYS, WHERE, 'purge.');
   refuseUnknownOptions(given?.cache, REPLAY_CACHE_OPTION_KEYS, WHERE, 'cache.');
   refuseUnknownOptions(given?.telemetry, TELEMETRY_OPTION_KEYS, WHERE, 'telemetry.');
+  compileDerivedKeys(given?.derivedKeys, WHERE);
   const store = compileStore(given?.store);
   // compileStore threw if there were no options.
   const options = given as IdempotencyModuleOptions;

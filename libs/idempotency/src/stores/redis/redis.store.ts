@@ -333,7 +333,9 @@ export class RedisIdempotencyStore<
             marking ? '1' : '0',
             request.onExpiredLease === 'refuse' ? '1' : '0',
           ])) as Array<Buffer | null>;
-          if (text(reply[0]) === 'acquired') return { kind: 'acquired', lease };
+          if (text(reply[0]) === 'acquired') {
+            return { kind: 'acquired', lease, stolen: text(reply[1]) === '1' };
+          }
           const state = text(reply[1]) as RecordState;
           const fingerprint = reply[2] === null ? null : text(reply[2]);
           if (

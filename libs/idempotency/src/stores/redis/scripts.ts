@@ -53,7 +53,8 @@ function script(name: string, body: string): RedisScript {
  * fingerprint (1/0), fingerprint, watch (1/0), refuse an expired lease (1/0).
  *
  * Inserts, or steals an IN_PROGRESS record whose lease ran out (or a COMPLETE
- * one past its TTL that Redis has not removed yet), and returns {'acquired'};
+ * one past its TTL that Redis has not removed yet), and returns {'acquired'}
+ * ({'acquired', '1'} when it took a record over);
  * otherwise returns {'existing', state, fingerprint, payload (COMPLETE),
  * completed at, lease left ms, TTL left ms, AMBIGUOUS since, its reason,
  * moved now (1/0)} and writes nothing, except that a caller that will wait
@@ -70,6 +71,7 @@ export const ACQUIRE = script(
 local now = now_ms()
 local r = redis.call('HMGET', KEYS[1], 'st', 'le', 'e', 'f', 'd', 'w')
 local state = r[1]
+local stolen = '0'
 if state then
   local lease_left = 0
   if state == 'IN_PROGRESS' then lease_left = tonumber(r[2]) - now end
@@ -98,6 +100,7 @@ if state then
     return {'existing', state, r[4], payload, r[5], ms(lease_left), ms(expires_left)}
   end
   redis.call('DEL', KEYS[1])
+  stolen = '1'
 end
 local lease_at = now + tonumber(ARGV[4])
 local expires_at = now + tonumber(ARGV[5])
@@ -105,7 +108,7 @@ redis.call('HSET', KEYS[1], 's', ARGV[1], 'k', ARGV[2], 'st', 'IN_PROGRESS', 'l'
   'le', ms(lease_at), 'e', ms(expires_at), 'c', ms(now))
 if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'f', ARGV[7]) end
 redis.call('PEXPIREAT', KEYS[1], at(math.max(lease_at, expires_at)))
-return {'acquired'}
+return {'acquired', stolen}
 `,
 );
 

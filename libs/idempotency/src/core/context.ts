@@ -1,0 +1,75 @@
+import { assertDerivedKeyName, deriveKeyOf, type DerivedKeySecret } from './derived-key';
+import { keyHash } from './key';
+
+/**
+ * How this attempt came to hold the record: `'first'`, or `'takeover'` when
+ * it took the record over from an earlier attempt whose lease ran out (a
+ * holder that crashed or stalled), which may have begun the same work.
+ */
+export type IdempotencyAttempt = 'first' | 'takeover';
+
+/** Who the record is; held privately, so that the key and the tenant never show. */
+interface RecordIdentity {
+  scope: string;
+  key: string;
+  tenant: string | undefined;
+}
+
+/**
+ * What an idempotent call knows about its record while its work runs: the
+ * engine hands it to the action (`engine.run(policy, { key }, (signal, ctx) => …)`)
+ * and a Nest handler takes it with `@IdempotencyCtx()`. It names the record
+ * by digest only: the raw key and the tenant are not readable from it.
+ * Made by the library; an application does not construct one.
+ */
+export class IdempotencyContext {
+  readonly #record: RecordIdentity;
+  readonly #keys: DerivedKeySecret;
+  readonly #digest: () => string;
+  #hash: string | undefined = undefined;
+
+  /** @internal */
+  constructor(
+    record: RecordIdentity,
+    /** `'first'`, or `'takeover'` when the record was taken over from an expired lease. */
+    readonly attempt: IdempotencyAttempt,
+    keyDigest: () => string,
+    keys: DerivedKeySecret,
+  ) {
+    this.#record = record;
+    this.#digest = keyDigest;
+    this.#keys = keys;
+  }
+
+  /** The handler's scope (without the tenant). */
+  get scope(): string {
+    return this.#record.scope;
+  }
+
+  /** The record's name in logs and events: `scope/#` and 12 hex characters of a SHA-256 over its key and tenant. */
+  get keyDigest(): string {
+    return this.#digest();
+  }
+
+  /**
+   * A key for the call named `name` that the work makes outside the process
+   * (a charge, an e-mail): the same for this record and name on every
+   * attempt, in every process, before and after a restart; another for
+   * another name or record. 43 characters of base64url (`A–Z a–z 0–9 - _`).
+   * With the `derivedKeys.secret` option it cannot be computed from the raw
+   * key; without one, anyone who knows the raw key and the scope (and the
+   * tenant) can. Throws `IdempotencyError` for a name that is empty, longer
+   * than 200 characters or holds control characters.
+   */
+  deriveKey(name: string): string {
+    assertDerivedKeyName(name, this.keyDigest);
+    const { scope, key, tenant } = this.#record;
+    this.#hash ??= keyHash(key, tenant);
+    return deriveKeyOf(this.#keys, scope, this.#hash, name);
+  }
+
+  /** What `console.log` and `JSON.stringify` show: the digest and the attempt, never the key. */
+  toJSON(): { scope: string; keyDigest: string; attempt: IdempotencyAttempt } {
+    return { scope: this.scope, keyDigest: this.keyDigest, attempt: this.attempt };
+  }
+}
