@@ -1,8 +1,14 @@
-import { INestApplication } from '@nestjs/common';
+import { ArgumentsHost, Catch, INestApplication } from '@nestjs/common';
 import { IoAdapter } from '@nestjs/platform-socket.io';
 import { WsAdapter } from '@nestjs/platform-ws';
 import { Test } from '@nestjs/testing';
-import { MessageBody, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
+import {
+  BaseWsExceptionFilter,
+  MessageBody,
+  SubscribeMessage,
+  WebSocketGateway,
+  WsException,
+} from '@nestjs/websockets';
 import { randomUUID } from 'node:crypto';
 import { AddressInfo } from 'node:net';
 import { Idempotent, IdempotencyConfigError, IdempotencyModule } from 'nest-idempotency';
@@ -60,6 +66,26 @@ class PaymentsGateway {
     return { paymentId: randomUUID(), requestId: data.requestId, amount: 0 };
   }
 }
+
+/**
+ * Nest 11's `BaseWsExceptionFilter` hands an exception to `client.emit`,
+ * which on the `ws` adapter's native WebSocket only fires on the server, so a
+ * ws client never hears of any gateway error; Nest 12's sends it. On Nest 11
+ * the ws application gets the filter docs/gateways-and-commands.md shows,
+ * which sends it as Nest 12 does.
+ */
+@Catch()
+class SendExceptionsFilter extends BaseWsExceptionFilter {
+  override catch(exception: unknown, host: ArgumentsHost): void {
+    const client = host.switchToWs().getClient<{ send(text: string): void }>();
+    const data =
+      exception instanceof WsException
+        ? exception.getError()
+        : { status: 'error', message: 'Internal server error' };
+    client.send(JSON.stringify({ event: 'exception', data }));
+  }
+}
+const nestSendsToNativeClients = 'isNativeWebSocket' in BaseWsExceptionFilter.prototype;
 
 type Reply = { kind: 'ack'; value: Payment } | { kind: 'exception'; error: WsError };
 
@@ -172,6 +198,9 @@ describeEachStore(
         }).compile();
         app = moduleRef.createNestApplication({ logger: false });
         app.useWebSocketAdapter(ADAPTERS[adapterName].adapter(app));
+        if (adapterName === 'ws' && !nestSendsToNativeClients) {
+          app.useGlobalFilters(new SendExceptionsFilter());
+        }
         await app.listen(0, '127.0.0.1');
         url = `http://127.0.0.1:${(app.getHttpServer().address() as AddressInfo).port}`;
       });

@@ -162,7 +162,9 @@ export function compileHandlerPlan(
     }
     if (transport !== 'graphql' && plan.key.kind === 'header') {
       throw new IdempotencyConfigError(
-        `${where}: option "key" is required on ${transport === 'ws' ? "a gateway's message handler, e.g. 'data.requestId'" : "a command handler, e.g. 'command.orderId'"}`,
+        transport === 'ws'
+          ? `${where}: option "key" is required on a gateway's message handler, e.g. 'data.requestId'`
+          : `${where}: option "key" is required on a command handler, e.g. 'command.orderId'`,
       );
     }
   } else {
