@@ -1,4 +1,4 @@
-import { ArgumentsHost, Catch, INestApplication } from '@nestjs/common';
+import { ArgumentsHost, Catch, INestApplication, UseFilters } from '@nestjs/common';
 import { IoAdapter } from '@nestjs/platform-socket.io';
 import { WsAdapter } from '@nestjs/platform-ws';
 import { Test } from '@nestjs/testing';
@@ -71,13 +71,16 @@ class PaymentsGateway {
  * Nest 11's `BaseWsExceptionFilter` hands an exception to `client.emit`,
  * which on the `ws` adapter's native WebSocket only fires on the server, so a
  * ws client never hears of any gateway error; Nest 12's sends it. On Nest 11
- * the ws application gets the filter docs/gateways-and-commands.md shows,
- * which sends it as Nest 12 does.
+ * the gateway gets the filter docs/gateways-and-commands.md shows, which
+ * sends it as Nest 12 does (Nest applies no global filter to gateways).
  */
 @Catch()
 class SendExceptionsFilter extends BaseWsExceptionFilter {
   override catch(exception: unknown, host: ArgumentsHost): void {
-    const client = host.switchToWs().getClient<{ send(text: string): void }>();
+    const client = host
+      .switchToWs()
+      .getClient<{ readyState?: unknown; send(text: string): void }>();
+    if (typeof client.readyState !== 'number') return super.catch(exception, host);
     const data =
       exception instanceof WsException
         ? exception.getError()
@@ -85,7 +88,9 @@ class SendExceptionsFilter extends BaseWsExceptionFilter {
     client.send(JSON.stringify({ event: 'exception', data }));
   }
 }
-const nestSendsToNativeClients = 'isNativeWebSocket' in BaseWsExceptionFilter.prototype;
+if (!('isNativeWebSocket' in BaseWsExceptionFilter.prototype)) {
+  UseFilters(new SendExceptionsFilter())(PaymentsGateway);
+}
 
 type Reply = { kind: 'ack'; value: Payment } | { kind: 'exception'; error: WsError };
 
@@ -198,9 +203,6 @@ describeEachStore(
         }).compile();
         app = moduleRef.createNestApplication({ logger: false });
         app.useWebSocketAdapter(ADAPTERS[adapterName].adapter(app));
-        if (adapterName === 'ws' && !nestSendsToNativeClients) {
-          app.useGlobalFilters(new SendExceptionsFilter());
-        }
         await app.listen(0, '127.0.0.1');
         url = `http://127.0.0.1:${(app.getHttpServer().address() as AddressInfo).port}`;
       });
