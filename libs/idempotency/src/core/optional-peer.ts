@@ -4,6 +4,7 @@ import { importPackage, requirePackage } from './module-format';
 export type OptionalPeer =
   | '@nestjs/microservices'
   | '@nestjs/swagger'
+  | '@nestjs/websockets'
   | '@nestjs-cls/transactional'
   | '@opentelemetry/api'
   | 'class-transformer'

@@ -6,6 +6,7 @@ import {
   graphqlOperationOf,
   HandlerPlan,
   mergeOptions,
+  Transport,
   transportOf,
 } from './config/handler-plan';
 import { IdempotentMetadata } from './idempotent.metadata';
@@ -18,19 +19,26 @@ import { ScopeClaim, settleSharedScopes } from './config/shared-scopes';
 import { preserveKafkaBytes } from './doors/messages/kafka-bytes';
 import { loadMicroservices } from './doors/messages/microservices';
 import { recordRmqConsumerAck } from './doors/messages/rmq-settlement';
+import { loadWebsockets } from './doors/gateway/websockets';
+import { ProviderMethodDoor } from './doors/provider-method/provider-method.door';
+import { COMMAND_PORT } from './doors/commands/command.port';
 
 type ClassRef = { name: string; prototype: object };
+type InstanceWrapper = ReturnType<DiscoveryService['getProviders']>[number];
 
 /**
  * At bootstrap: finds every `@Idempotent` handler and compiles its plan, so a
  * bad duration, key expression or placement fails the application's start,
  * naming `Class.method`; then prepares the store.
  *
+ * A CQRS command handler's `execute`, which Nest does not intercept, is
+ * wrapped here instead (doors/provider-method).
+ *
  * Refused at bootstrap: the module configured twice, `@Idempotent` on
- * anything that is not a controller's route or message handler or a
- * resolver's `@Mutation()` (a service, a query; a WebSocket gateway, which
- * is not supported yet), and two handlers sharing one scope unless they name
- * it on purpose (see shared-scopes.ts).
+ * anything that is not a controller's route or message handler, a
+ * resolver's `@Mutation()`, a gateway's `@SubscribeMessage` handler or a
+ * command handler's `execute` (a service, a query), and two handlers sharing
+ * one scope unless they name it on purpose (see shared-scopes.ts).
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown {
@@ -38,6 +46,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   private readonly plans = new Map<object, Map<object, HandlerPlan>>();
   private hasMessageHandlers = false;
   private hasGraphqlMutations = false;
+  private hasGatewayHandlers = false;
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -45,6 +54,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     private readonly reflector: Reflector,
     private readonly modules: ModulesContainer,
     @Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings,
+    private readonly providerMethods: ProviderMethodDoor,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -60,6 +70,10 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       if (typeof classRef !== 'function' || !wrapper.instance) continue;
       if (Reflect.hasMetadata(NEST_METADATA.graphqlResolver, classRef)) {
         claims.push(...this.compileResolver(classRef));
+      } else if (Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef)) {
+        claims.push(...this.compileController(classRef, gatewayTransportOf));
+      } else if (Reflect.hasMetadata(NEST_METADATA.cqrsCommandHandler, classRef)) {
+        claims.push(...this.compileCommandHandler(classRef, wrapper));
       } else {
         this.refuseProvider(classRef);
       }
@@ -74,6 +88,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       recordRmqConsumerAck();
     }
     if (this.hasGraphqlMutations) await requireGraphql();
+    if (this.hasGatewayHandlers) await loadWebsockets();
     await this.settings.store.init?.();
   }
 
@@ -91,7 +106,11 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     return this.plans.get(classRef)?.get(handler);
   }
 
-  private compileController(classRef: ClassRef): ScopeClaim[] {
+  /** A controller's routes and message handlers, or (`transportOf` for gateways) a gateway's `@SubscribeMessage` handlers. */
+  private compileController(
+    classRef: ClassRef,
+    transportOf: (handler: object) => Transport | undefined = controllerTransportOf,
+  ): ScopeClaim[] {
     const onClass = this.reflector.get(IdempotentMetadata, classRef as never);
     const out: ScopeClaim[] = [];
     for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
@@ -101,7 +120,9 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       if (transport === undefined) {
         if (onMethod) {
           throw new IdempotencyConfigError(
-            `${classRef.name}.${methodName}: @Idempotent is on a method that is not a route or message handler, so nothing would protect it; put it on the @Post()/@MessagePattern() handler, or use IdempotencyEngine in plain code`,
+            transportOf === gatewayTransportOf
+              ? `${classRef.name}.${methodName}: @Idempotent is on a method of a WebSocket gateway that is not a @SubscribeMessage handler, so nothing would protect it; put it on the @SubscribeMessage() handler`
+              : `${classRef.name}.${methodName}: @Idempotent is on a method that is not a route or message handler, so nothing would protect it; put it on the @Post()/@MessagePattern() handler, or use IdempotencyEngine in plain code`,
           );
         }
         continue;
@@ -110,6 +131,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       if (!options) continue;
       const plan = compileHandlerPlan(classRef, methodName, transport, options, this.settings);
       if (transport === 'rpc') this.hasMessageHandlers = true;
+      if (transport === 'ws') this.hasGatewayHandlers = true;
       let plans = this.plans.get(classRef);
       if (!plans) this.plans.set(classRef, (plans = new Map()));
       plans.set(handler, plan);
@@ -157,26 +179,46 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   }
 
   /**
-   * `@Idempotent` on a provider: a service is never intercepted, so it would
-   * be ignored; a WebSocket gateway's handlers are (Nest runs interceptors on
-   * them), but no adapter here keys, records or replays a WebSocket message yet.
+   * A CQRS `@CommandHandler`: `@Idempotent` on its `execute` (or its class)
+   * wraps that instance's `execute`, which `CommandBus.execute` calls. A
+   * request-scoped handler, made anew per command, cannot be wrapped here.
    */
+  private compileCommandHandler(classRef: ClassRef, wrapper: InstanceWrapper): ScopeClaim[] {
+    const onClass = this.reflector.get(IdempotentMetadata, classRef as never);
+    let options: ReturnType<typeof mergeOptions>;
+    for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
+      const handler = (classRef.prototype as Record<string, object>)[methodName];
+      const onMethod = this.reflector.get(IdempotentMetadata, handler as never);
+      if (methodName === 'execute') options = mergeOptions(onClass, onMethod);
+      else if (onMethod) {
+        throw new IdempotencyConfigError(
+          `${classRef.name}.${methodName}: @Idempotent on a command handler applies to its execute(command), which CommandBus.execute calls; put it there`,
+        );
+      }
+    }
+    if (!options) return [];
+    if (!wrapper.isDependencyTreeStatic()) {
+      throw new IdempotencyConfigError(
+        `${classRef.name}.execute: @Idempotent cannot protect a request-scoped command handler (made anew for each command); make it a singleton`,
+      );
+    }
+    const plan = compileHandlerPlan(classRef, 'execute', 'command', options, this.settings);
+    this.providerMethods.wrap(wrapper.instance as object, 'execute', plan, COMMAND_PORT);
+    return [{ plan, explicit: options.scope !== undefined, route: '' }];
+  }
+
+  /** `@Idempotent` on any other provider (a service), which Nest never intercepts: it would be ignored. */
   private refuseProvider(classRef: ClassRef): void {
-    const gateway = Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef);
     if (this.reflector.get(IdempotentMetadata, classRef as never)) {
       throw new IdempotencyConfigError(
-        gateway
-          ? `${classRef.name}: @Idempotent is on a WebSocket gateway, and nest-idempotency does not support gateways yet: Nest would run its interceptor, but nothing would key, record or replay its messages; put it on a controller's route or message handlers, or use IdempotencyEngine in the gateway`
-          : `${classRef.name}: @Idempotent is on a provider (a service), which Nest does not intercept, so nothing would protect its methods; put it on a controller's route or message handlers, or use IdempotencyEngine in the service`,
+        `${classRef.name}: @Idempotent is on a provider (a service), which Nest does not intercept, so nothing would protect its methods; put it on a controller's route or message handlers, or use IdempotencyEngine in the service`,
       );
     }
     for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
       const handler = (classRef.prototype as Record<string, object>)[methodName];
       if (this.reflector.get(IdempotentMetadata, handler as never)) {
         throw new IdempotencyConfigError(
-          gateway
-            ? `${classRef.name}.${methodName}: @Idempotent is on a method of a WebSocket gateway, and nest-idempotency does not support gateways yet: Nest would run its interceptor, but nothing would key, record or replay the message; put it on a controller's route or message handler, or use IdempotencyEngine in the gateway`
-            : `${classRef.name}.${methodName}: @Idempotent is on a method of a provider (a service), which Nest does not intercept, so nothing would protect it; put it on a controller's route or message handler, or use IdempotencyEngine in the service`,
+          `${classRef.name}.${methodName}: @Idempotent is on a method of a provider (a service), which Nest does not intercept, so nothing would protect it; put it on a controller's route or message handler, or use IdempotencyEngine in the service`,
         );
       }
     }
@@ -189,7 +231,8 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
    * a guard sets one; said once per handler, at bootstrap.
    */
   private warnSharedKey(plan: HandlerPlan): void {
-    if (plan.transport === 'rpc' || plan.key.kind === 'header') return;
+    if (plan.transport === 'rpc' || plan.transport === 'command' || plan.key.kind === 'header')
+      return;
     if (this.settings.options.tenant !== undefined) return;
     (this.settings.options.logger ?? new Logger('Idempotency')).warn(
       `${plan.where}: its key comes from the request (key: ${keySourceText(plan)}), and no tenant option says whose records are whose; a request whose request.user has no id or sub shares its record with every caller who sends the same key. Set tenant (a function of the ExecutionContext), or tenant: false to share records on purpose`,
@@ -213,6 +256,13 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       `IdempotencyModule.forRoot/forRootAsync is configured ${explorers.length} times (imported by ${importers.join(', ') || 'several modules'}); configure it once, in the root module: it is global, so every module's handlers use it`,
     );
   }
+}
+
+const controllerTransportOf = transportOf;
+
+/** A gateway's `@SubscribeMessage` handler. */
+function gatewayTransportOf(handler: object): Transport | undefined {
+  return Reflect.hasMetadata(NEST_METADATA.websocketMessage, handler) ? 'ws' : undefined;
 }
 
 function describeResolverMethod(handler: object, operation: string | undefined): string {

@@ -8,6 +8,7 @@ import {
 } from '@nestjs/common';
 import { Observable } from 'rxjs';
 import { IdempotencyConfigError } from '../core/errors';
+import { GatewayDoor } from './doors/gateway/gateway.door';
 import { GraphqlDoor } from './doors/graphql/graphql.door';
 import { GrpcDoor } from './doors/grpc/grpc.door';
 import { HttpDoor } from './doors/http/http.door';
@@ -20,7 +21,7 @@ const seen = new WeakSet<ExecutionContext>();
  * Applied by `@Idempotent()` itself, to the handler it decorates, so it runs
  * whatever the application's global configuration (a hybrid application's
  * microservice included). It only dispatches to the door of the call's kind
- * (HTTP, messages, GraphQL), which owns the key, the stored result and the refusals.
+ * (HTTP, messages, GraphQL, gateways), which owns the key, the stored result and the refusals.
  */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
@@ -30,10 +31,18 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     @Optional() private readonly messages?: MessageDoor,
     @Optional() private readonly graphql?: GraphqlDoor,
     @Optional() private readonly grpc?: GrpcDoor,
+    @Optional() private readonly gateways?: GatewayDoor,
   ) {}
 
   onModuleInit(): void {
-    if (!this.explorer || !this.http || !this.messages || !this.graphql || !this.grpc) {
+    if (
+      !this.explorer ||
+      !this.http ||
+      !this.messages ||
+      !this.graphql ||
+      !this.grpc ||
+      !this.gateways
+    ) {
       throw new IdempotencyConfigError(
         '@Idempotent is used but IdempotencyModule is not configured: add IdempotencyModule.forRoot({ store }) (or forRootAsync) to the root module',
       );
@@ -53,6 +62,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
         return (plan.grpc ? this.grpc! : this.messages!).handle(context, next, plan);
       case 'graphql':
         return this.graphql!.handle(context, next, plan);
+      case 'ws':
+        return this.gateways!.handle(context, next, plan);
       default:
         // A transport this library does not protect (it refuses such handlers at bootstrap).
         return next.handle();

@@ -4,8 +4,10 @@ import { IdempotencyEngine } from '../core/engine';
 import { IdempotencyStore } from '../core/store';
 import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
 import { instrumentIdempotencyEngine, TracingIdempotencyStore } from '../telemetry/opentelemetry';
+import { GatewayDoor } from './doors/gateway/gateway.door';
 import { GraphqlDoor } from './doors/graphql/graphql.door';
 import { GrpcDoor } from './doors/grpc/grpc.door';
+import { ProviderMethodDoor } from './doors/provider-method/provider-method.door';
 import { HttpDoor } from './doors/http/http.door';
 import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
@@ -106,6 +108,30 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
           transactions,
         ),
     },
+    {
+      provide: GatewayDoor,
+      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
+      useFactory: (
+        engine: IdempotencyEngine,
+        settings: ModuleSettings,
+        transactions: IdempotencyTransactionRunner,
+      ) =>
+        new GatewayDoor(
+          engine,
+          settings,
+          settings.options.logger ?? new Logger('Idempotency'),
+          transactions,
+        ),
+    },
+    {
+      provide: ProviderMethodDoor,
+      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
+      useFactory: (
+        engine: IdempotencyEngine,
+        settings: ModuleSettings,
+        transactions: IdempotencyTransactionRunner,
+      ) => new ProviderMethodDoor(engine, settings, transactions),
+    },
     IdempotencyTransactionRunner,
     IdempotencyTransaction,
     IdempotencyExplorer,
@@ -121,6 +147,7 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
     MessageDoor,
     GrpcDoor,
     GraphqlDoor,
+    GatewayDoor,
     IdempotencyTransaction,
     IdempotencyPurgeScheduler,
     IDEMPOTENCY_MODULE_OPTIONS,

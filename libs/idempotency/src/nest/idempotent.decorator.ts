@@ -5,6 +5,8 @@ import { IdempotentMetadata } from './idempotent.metadata';
 import { MarkHandlerEntry } from './doors/handler-entry';
 
 export type {
+  CommandKeySource,
+  GatewayKeySource,
   GraphqlKeySource,
   HttpKeySource,
   IdempotencyCompletion,
@@ -17,7 +19,8 @@ export type {
 /**
  * Runs the decorated handler (or every handler of the decorated class) once
  * per key: an HTTP route, a message handler (`@MessagePattern`,
- * `@EventPattern`) or a GraphQL `@Mutation()`. Options on a method override those on its class, which
+ * `@EventPattern`), a GraphQL `@Mutation()`, a WebSocket gateway's
+ * `@SubscribeMessage()` handler or a CQRS command handler's `execute`. Options on a method override those on its class, which
  * override the module's defaults. The interceptor travels with the handler,
  * so it applies however the application is assembled (a hybrid application's
  * microservice included); anything else it is put on fails the bootstrap.

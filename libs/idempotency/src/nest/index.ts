@@ -35,6 +35,8 @@ export type {
 export { Idempotent } from './idempotent.decorator';
 export { IdempotentMetadata } from './idempotent.metadata';
 export type {
+  CommandKeySource,
+  GatewayKeySource,
   GraphqlKeySource,
   HttpKeySource,
   IdempotencyCompletion,
@@ -49,6 +51,7 @@ export { IdempotencyCtx } from './idempotency-ctx.decorator';
 // What the doors answer.
 export { IdempotencyHttpException, IdempotencyProblemFilter } from './doors/http/problem';
 export type { ProblemDetails } from './doors/http/problem';
+export type { IdempotencyWsError } from './doors/gateway/ws-exceptions';
 export type { IdempotencyRpcError } from './doors/messages/rpc-exceptions';
 export { IdempotencyGraphqlRefusal } from './doors/graphql/graphql-errors';
 

@@ -1,6 +1,7 @@
 import { Controller, Get, Header, Res, Sse, Version } from '@nestjs/common';
 import { EventPattern, MessagePattern } from '@nestjs/microservices';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
+import { CommandHandler } from '@nestjs/cqrs';
 import { Mutation, Query, ResolveField, Resolver } from '@nestjs/graphql';
 import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from './nest-metadata';
 
@@ -41,6 +42,15 @@ describe('NEST_METADATA: the keys Nest decorators write', () => {
   class Gateway {
     @SubscribeMessage('message')
     handle() {
+      return undefined;
+    }
+  }
+
+  class Ping {}
+
+  @CommandHandler(Ping)
+  class PingHandler {
+    execute() {
       return undefined;
     }
   }
@@ -96,6 +106,10 @@ describe('NEST_METADATA: the keys Nest decorators write', () => {
   it('WebSocket gateways and their message handlers', () => {
     expect(has(NEST_METADATA.websocketGateway, Gateway)).toBe(true);
     expect(has(NEST_METADATA.websocketMessage, Gateway.prototype.handle)).toBe(true);
+  });
+
+  it('CQRS command handlers', () => {
+    expect(has(NEST_METADATA.cqrsCommandHandler, PingHandler)).toBe(true);
   });
 
   it('GraphQL: the resolver class, the operation of each method, field resolvers', () => {

@@ -29,6 +29,8 @@ export const NEST_METADATA = {
   websocketMessage: 'message',
   /** `@WebSocketGateway()`. */
   websocketGateway: 'websockets:is_gateway',
+  /** `@CommandHandler(Command)` (`@nestjs/cqrs`). */
+  cqrsCommandHandler: '__commandHandler__',
   /** `@Resolver()` (GraphQL). */
   graphqlResolver: 'graphql:resolver_type',
   /** `@Query()`, `@Mutation()`… (GraphQL). */

@@ -47,14 +47,31 @@ export interface GraphqlKeySource {
   context: ExecutionContext;
 }
 
-export type KeySource = HttpKeySource | RpcKeySource | GraphqlKeySource;
+/** The read-only view a key function (or expression) sees for a WebSocket gateway's message. */
+export interface GatewayKeySource {
+  type: 'ws';
+  /** The message's data, before pipes run. */
+  data: unknown;
+  context: ExecutionContext;
+}
+
+/** The read-only view a key function (or expression) sees for a CQRS command. */
+export interface CommandKeySource {
+  type: 'command';
+  /** The command `CommandBus.execute` was given. */
+  command: unknown;
+}
+
+export type KeySource =
+  HttpKeySource | RpcKeySource | GraphqlKeySource | GatewayKeySource | CommandKeySource;
 
 export interface IdempotentOptions {
   /**
    * Where the key comes from: a function, or an expression over the read-only
    * roots (`body`, `params`, `query`, `headers`, `user` for HTTP; `data`,
-   * `message` for messages; `args`, `headers`, `user` for GraphQL mutations),
-   * e.g. `'data.orderId'` or `'order:{body.customerId}:{body.orderId}'`.
+   * `message` for messages; `args`, `headers`, `user` for GraphQL mutations;
+   * `data` for a gateway's messages; `command` for CQRS commands), e.g.
+   * `'data.orderId'` or `'order:{body.customerId}:{body.orderId}'`.
    * HTTP and GraphQL default: the `Idempotency-Key` header.
    */
   key?: string | ((source: KeySource) => string | number | undefined);

@@ -18,13 +18,19 @@ import { compileGrpcMethod } from '../doors/grpc/grpc-method';
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
 export const RPC_ROOTS = ['data', 'message'] as const;
 export const GRAPHQL_ROOTS = ['args', 'headers', 'user'] as const;
+export const GATEWAY_ROOTS = ['data'] as const;
+export const COMMAND_ROOTS = ['command'] as const;
 
 export type KeyResolver =
   | { kind: 'header' }
   | { kind: 'expression'; expression: CompiledKeyExpression }
   | { kind: 'function'; fn: (source: KeySource) => string | number | undefined };
 
-export type Transport = 'http' | 'rpc' | 'graphql';
+/** `ws`: a WebSocket gateway's `@SubscribeMessage`; `command`: a CQRS command handler's `execute`. */
+export type Transport = 'http' | 'rpc' | 'graphql' | 'ws' | 'command';
+
+/** Doors whose key comes from the call itself (no key header), with no default fingerprint. */
+const KEYED_BY_MESSAGE: readonly Transport[] = ['rpc', 'ws', 'command'];
 
 /** Everything the interceptor needs for one handler, resolved and validated at bootstrap. */
 export interface HandlerPlan {
@@ -135,7 +141,7 @@ export function compileHandlerPlan(
     policy: observe ? { ...policy, waitTimeoutMs: 0, strict: false } : policy,
     observe,
     completion,
-    required: options.required ?? (transport === 'rpc' ? true : settings.required),
+    required: options.required ?? (KEYED_BY_MESSAGE.includes(transport) ? true : settings.required),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, grpc ? 'grpc' : transport, where),
   };
@@ -154,9 +160,16 @@ export function compileHandlerPlan(
     if (options.rmq !== undefined) {
       throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
     }
-  } else if (transport === 'graphql') {
+  } else if (transport !== 'rpc') {
     if (options.rmq !== undefined) {
       throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
+    }
+    if (transport !== 'graphql' && plan.key.kind === 'header') {
+      throw new IdempotencyConfigError(
+        transport === 'ws'
+          ? `${where}: option "key" is required on a gateway's message handler, e.g. 'data.requestId'`
+          : `${where}: option "key" is required on a command handler, e.g. 'command.orderId'`,
+      );
     }
   } else {
     plan.isEvent = Reflect.getMetadata(NEST_METADATA.patternHandler, handler) === EVENT_HANDLER;
@@ -175,6 +188,8 @@ const ROOTS: Record<Transport, readonly string[]> = {
   http: HTTP_ROOTS,
   rpc: RPC_ROOTS,
   graphql: GRAPHQL_ROOTS,
+  ws: GATEWAY_ROOTS,
+  command: COMMAND_ROOTS,
 };
 
 function compileKey(
@@ -201,12 +216,15 @@ function compileFingerprint(
   transport: Transport | 'grpc',
   where: string,
 ): HandlerPlan['fingerprint'] {
-  if (option === undefined) return transport === 'rpc' ? false : 'default';
+  const keyedByMessage = transport !== 'grpc' && KEYED_BY_MESSAGE.includes(transport);
+  if (option === undefined) return keyedByMessage ? false : 'default';
   if (option === false) return false;
   if (option === true) {
-    if (transport === 'rpc') {
+    if (keyedByMessage) {
       throw new IdempotencyConfigError(
-        `${where}: option "fingerprint" has no default for a message handler; pass a function of the message, e.g. ({ data }) => JSON.stringify(data)`,
+        transport === 'command'
+          ? `${where}: option "fingerprint" has no default for a command handler; pass a function of the command, e.g. ({ command }) => JSON.stringify(command)`
+          : `${where}: option "fingerprint" has no default for a message handler; pass a function of the message, e.g. ({ data }) => JSON.stringify(data)`,
       );
     }
     return 'default';

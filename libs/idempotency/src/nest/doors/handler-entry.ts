@@ -51,7 +51,7 @@ export function MarkHandlerEntry(): ClassDecorator & MethodDecorator {
   }) as ClassDecorator & MethodDecorator;
 }
 
-/** Class-level `@Idempotent`: each route, message handler or resolver method, inherited ones included. */
+/** Class-level `@Idempotent`: each route, message, gateway or resolver handler, inherited ones included. */
 function wrapHandlersOf(classRef: { prototype: object }): void {
   const prototype = classRef.prototype as Record<string | symbol, unknown>;
   const seen = new Set<string | symbol>();
@@ -75,6 +75,7 @@ function isHandler(method: object): boolean {
   return (
     Reflect.hasOwnMetadata(NEST_METADATA.path, method) ||
     Reflect.hasOwnMetadata(NEST_METADATA.pattern, method) ||
+    Reflect.hasOwnMetadata(NEST_METADATA.websocketMessage, method) ||
     Reflect.hasOwnMetadata(NEST_METADATA.graphqlResolver, method)
   );
 }
