@@ -6,7 +6,9 @@ export type OptionalPeer =
   | '@nestjs/swagger'
   | '@nestjs-cls/transactional'
   | '@opentelemetry/api'
+  | 'bullmq'
   | 'class-transformer'
+  | 'cron'
   | 'graphql'
   | 'redis';
 

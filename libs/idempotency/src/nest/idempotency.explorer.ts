@@ -18,6 +18,7 @@ import { ScopeClaim, settleSharedScopes } from './config/shared-scopes';
 import { preserveKafkaBytes } from './doors/messages/kafka-bytes';
 import { loadMicroservices } from './doors/messages/microservices';
 import { recordRmqConsumerAck } from './doors/messages/rmq-settlement';
+import { ProviderMethodsBinder } from './doors/provider-methods/provider-methods.binder';
 
 type ClassRef = { name: string; prototype: object };
 
@@ -28,8 +29,9 @@ type ClassRef = { name: string; prototype: object };
  *
  * Refused at bootstrap: the module configured twice, `@Idempotent` on
  * anything that is not a controller's route or message handler or a
- * resolver's `@Mutation()` (a service, a query; a WebSocket gateway, which
- * is not supported yet), and two handlers sharing one scope unless they name
+ * resolver's `@Mutation()`, a BullMQ processor's `process` or a `@Cron`
+ * method (a service, a query; a WebSocket gateway, which is not supported
+ * yet; `@Interval`, `@Timeout`), and two handlers sharing one scope unless they name
  * it on purpose (see shared-scopes.ts).
  */
 @Injectable()
@@ -45,6 +47,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     private readonly reflector: Reflector,
     private readonly modules: ModulesContainer,
     @Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings,
+    private readonly providerMethods: ProviderMethodsBinder,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -60,6 +63,11 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       if (typeof classRef !== 'function' || !wrapper.instance) continue;
       if (Reflect.hasMetadata(NEST_METADATA.graphqlResolver, classRef)) {
         claims.push(...this.compileResolver(classRef));
+      } else if (this.providerMethods.handles(classRef)) {
+        const isStatic = wrapper.isDependencyTreeStatic();
+        claims.push(
+          ...this.providerMethods.bind({ classRef, instance: wrapper.instance, isStatic }),
+        );
       } else {
         this.refuseProvider(classRef);
       }
@@ -189,7 +197,8 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
    * a guard sets one; said once per handler, at bootstrap.
    */
   private warnSharedKey(plan: HandlerPlan): void {
-    if (plan.transport === 'rpc' || plan.key.kind === 'header') return;
+    if (plan.transport !== 'http' && plan.transport !== 'graphql') return;
+    if (plan.key.kind === 'header') return;
     if (this.settings.options.tenant !== undefined) return;
     (this.settings.options.logger ?? new Logger('Idempotency')).warn(
       `${plan.where}: its key comes from the request (key: ${keySourceText(plan)}), and no tenant option says whose records are whose; a request whose request.user has no id or sub shares its record with every caller who sends the same key. Set tenant (a function of the ExecutionContext), or tenant: false to share records on purpose`,

@@ -8,6 +8,7 @@ import { GraphqlDoor } from './doors/graphql/graphql.door';
 import { HttpDoor } from './doors/http/http.door';
 import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
+import { ProviderMethodsBinder } from './doors/provider-methods/provider-methods.binder';
 import { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
 import {
   ConfigurableIdempotencyModule,
@@ -93,6 +94,7 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
     IdempotencyTransactionRunner,
     IdempotencyTransaction,
     IdempotencyExplorer,
+    ProviderMethodsBinder,
     openApiSwaggerProvider,
     IdempotencyOpenApiDocumenter,
     IdempotencyPurgeScheduler,

@@ -40,6 +40,7 @@ export type {
   IdempotencyCompletion,
   IdempotencyMode,
   IdempotentOptions,
+  JobKeySource,
   KeySource,
   RpcKeySource,
 } from './config/handler-options';

@@ -17,13 +17,15 @@ import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from '../nest-metadata';
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
 export const RPC_ROOTS = ['data', 'message'] as const;
 export const GRAPHQL_ROOTS = ['args', 'headers', 'user'] as const;
+export const JOB_ROOTS = ['job', 'data'] as const;
 
 export type KeyResolver =
   | { kind: 'header' }
   | { kind: 'expression'; expression: CompiledKeyExpression }
   | { kind: 'function'; fn: (source: KeySource) => string | number | undefined };
 
-export type Transport = 'http' | 'rpc' | 'graphql';
+/** `job`: a BullMQ processor's `process`; `tick`: a `@Cron` method (both run through the explorer, not an interceptor). */
+export type Transport = 'http' | 'rpc' | 'graphql' | 'job' | 'tick';
 
 /** Everything the interceptor needs for one handler, resolved and validated at bootstrap. */
 export interface HandlerPlan {
@@ -90,6 +92,8 @@ export function compileHandlerPlan(
   const handler = (classRef.prototype as Record<string, object>)[methodName];
   refuseUnknownOptions(options, IDEMPOTENT_OPTION_KEYS, where);
   refuseUnknownOptions(options.rmq, RMQ_OPTION_KEYS, where, 'rmq.');
+  if (transport === 'job' || transport === 'tick')
+    refuseProviderMethodOptions(options, transport, where);
   if (options.scope !== undefined && typeof options.scope !== 'string') {
     throw new IdempotencyConfigError(`${where}: option "scope" must be a non-empty string`);
   }
@@ -131,7 +135,9 @@ export function compileHandlerPlan(
     policy: observe ? { ...policy, waitTimeoutMs: 0, strict: false } : policy,
     observe,
     completion,
-    required: options.required ?? (transport === 'rpc' ? true : settings.required),
+    required:
+      options.required ??
+      (transport === 'http' || transport === 'graphql' ? settings.required : true),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, transport, where),
   };
@@ -154,6 +160,8 @@ export function compileHandlerPlan(
     if (options.rmq !== undefined) {
       throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
     }
+  } else if (transport === 'job' || transport === 'tick') {
+    // Checked before the plan was built (refuseProviderMethodOptions).
   } else {
     plan.isEvent = Reflect.getMetadata(NEST_METADATA.patternHandler, handler) === EVENT_HANDLER;
     plan.rmq = compileRmq(options.rmq, `${where}: option "rmq`, settings.rmq);
@@ -170,7 +178,29 @@ const ROOTS: Record<Transport, readonly string[]> = {
   http: HTTP_ROOTS,
   rpc: RPC_ROOTS,
   graphql: GRAPHQL_ROOTS,
+  job: JOB_ROOTS,
+  tick: [],
 };
+
+/** A job's or a tick's options: no RabbitMQ rules; a tick's key and fingerprint come from its schedule. */
+function refuseProviderMethodOptions(
+  options: IdempotentOptions,
+  transport: 'job' | 'tick',
+  where: string,
+): void {
+  const applies = transport === 'job' ? 'a BullMQ job' : 'a @Cron tick';
+  if (options.rmq !== undefined) {
+    throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
+  }
+  if (transport === 'tick') {
+    for (const name of ['key', 'fingerprint', 'required'] as const) {
+      if (options[name] === undefined) continue;
+      throw new IdempotencyConfigError(
+        `${where}: option "${name}" does not apply to ${applies}: its key is the tick's scheduled time and the job's name; remove it`,
+      );
+    }
+  }
+}
 
 function compileKey(
   key: IdempotentOptions['key'],
@@ -195,12 +225,13 @@ function compileFingerprint(
   transport: Transport,
   where: string,
 ): HandlerPlan['fingerprint'] {
-  if (option === undefined) return transport === 'rpc' ? false : 'default';
+  const ownDefault = transport === 'http' || transport === 'graphql';
+  if (option === undefined) return ownDefault ? 'default' : false;
   if (option === false) return false;
   if (option === true) {
-    if (transport === 'rpc') {
+    if (!ownDefault) {
       throw new IdempotencyConfigError(
-        `${where}: option "fingerprint" has no default for a message handler; pass a function of the message, e.g. ({ data }) => JSON.stringify(data)`,
+        `${where}: option "fingerprint" has no default for a ${transport === 'job' ? 'job' : 'message handler'}; pass a function of the message, e.g. ({ data }) => JSON.stringify(data)`,
       );
     }
     return 'default';

@@ -91,6 +91,8 @@ function fingerprintOf(claim: ScopeClaim): FingerprintKind {
   if (typeof plan.fingerprint === 'function') return { kind: 'function' };
   switch (plan.transport) {
     case 'rpc':
+    case 'job':
+    case 'tick':
       return { kind: 'none' };
     case 'http':
       return { kind: 'http' };
