@@ -7,7 +7,9 @@ export type OptionalPeer =
   | '@nestjs/websockets'
   | '@nestjs-cls/transactional'
   | '@opentelemetry/api'
+  | 'bullmq'
   | 'class-transformer'
+  | 'cron'
   | 'graphql'
   | 'redis';
 

@@ -22,6 +22,7 @@ import { recordRmqConsumerAck } from './doors/messages/rmq-settlement';
 import { loadWebsockets } from './doors/gateway/websockets';
 import { ProviderMethodDoor } from './doors/provider-method/provider-method.door';
 import { COMMAND_PORT } from './doors/commands/command.port';
+import { ProviderMethodsBinder } from './doors/provider-methods/provider-methods.binder';
 
 type ClassRef = { name: string; prototype: object };
 type InstanceWrapper = ReturnType<DiscoveryService['getProviders']>[number];
@@ -36,9 +37,10 @@ type InstanceWrapper = ReturnType<DiscoveryService['getProviders']>[number];
  *
  * Refused at bootstrap: the module configured twice, `@Idempotent` on
  * anything that is not a controller's route or message handler, a
- * resolver's `@Mutation()`, a gateway's `@SubscribeMessage` handler or a
- * command handler's `execute` (a service, a query), and two handlers sharing
- * one scope unless they name it on purpose (see shared-scopes.ts).
+ * resolver's `@Mutation()`, a gateway's `@SubscribeMessage` handler, a
+ * command handler's `execute`, a BullMQ processor's `process` or a `@Cron`
+ * method (a service, a query; `@Interval`, `@Timeout`), and two handlers
+ * sharing one scope unless they name it on purpose (see shared-scopes.ts).
  */
 @Injectable()
 export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown {
@@ -55,6 +57,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     private readonly modules: ModulesContainer,
     @Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings,
     private readonly providerMethods: ProviderMethodDoor,
+    private readonly jobsAndTicks: ProviderMethodsBinder,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -74,6 +77,9 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
         claims.push(...this.compileController(classRef, gatewayTransportOf));
       } else if (Reflect.hasMetadata(NEST_METADATA.cqrsCommandHandler, classRef)) {
         claims.push(...this.compileCommandHandler(classRef, wrapper));
+      } else if (this.jobsAndTicks.handles(classRef)) {
+        const isStatic = wrapper.isDependencyTreeStatic();
+        claims.push(...this.jobsAndTicks.bind({ classRef, instance: wrapper.instance, isStatic }));
       } else {
         this.refuseProvider(classRef);
       }
@@ -231,8 +237,9 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
    * a guard sets one; said once per handler, at bootstrap.
    */
   private warnSharedKey(plan: HandlerPlan): void {
-    if (plan.transport === 'rpc' || plan.transport === 'command' || plan.key.kind === 'header')
+    if (plan.transport !== 'http' && plan.transport !== 'graphql' && plan.transport !== 'ws')
       return;
+    if (plan.key.kind === 'header') return;
     if (this.settings.options.tenant !== undefined) return;
     (this.settings.options.logger ?? new Logger('Idempotency')).warn(
       `${plan.where}: its key comes from the request (key: ${keySourceText(plan)}), and no tenant option says whose records are whose; a request whose request.user has no id or sub shares its record with every caller who sends the same key. Set tenant (a function of the ExecutionContext), or tenant: false to share records on purpose`,

@@ -11,6 +11,7 @@ import { ProviderMethodDoor } from './doors/provider-method/provider-method.door
 import { HttpDoor } from './doors/http/http.door';
 import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
+import { ProviderMethodsBinder } from './doors/provider-methods/provider-methods.binder';
 import { IdempotencyPurgeScheduler } from './idempotency-purge.scheduler';
 import {
   ConfigurableIdempotencyModule,
@@ -135,6 +136,7 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
     IdempotencyTransactionRunner,
     IdempotencyTransaction,
     IdempotencyExplorer,
+    ProviderMethodsBinder,
     openApiSwaggerProvider,
     IdempotencyOpenApiDocumenter,
     IdempotencyPurgeScheduler,

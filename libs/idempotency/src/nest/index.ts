@@ -42,6 +42,7 @@ export type {
   IdempotencyCompletion,
   IdempotencyMode,
   IdempotentOptions,
+  JobKeySource,
   KeySource,
   RpcKeySource,
 } from './config/handler-options';

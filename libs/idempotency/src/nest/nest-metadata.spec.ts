@@ -3,7 +3,9 @@ import { EventPattern, MessagePattern } from '@nestjs/microservices';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { CommandHandler } from '@nestjs/cqrs';
 import { Mutation, Query, ResolveField, Resolver } from '@nestjs/graphql';
-import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from './nest-metadata';
+import { Processor, WorkerHost } from '@nestjs/bullmq';
+import { Cron, Interval, Timeout } from '@nestjs/schedule';
+import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM, SCHEDULER_TYPE } from './nest-metadata';
 
 /**
  * The metadata keys are read by value; each is pinned here by applying the
@@ -124,5 +126,36 @@ describe('NEST_METADATA: the keys Nest decorators write', () => {
     expect(Reflect.getMetadata(NEST_METADATA.graphqlResolveField, Resolvers.prototype.field)).toBe(
       true,
     );
+  });
+
+  @Processor('queue')
+  class Jobs extends WorkerHost {
+    process() {
+      return Promise.resolve();
+    }
+  }
+
+  class Timers {
+    @Cron('0 * * * * *', { name: 'minutely', timeZone: 'UTC' })
+    cron() {}
+
+    @Interval(1000)
+    interval() {}
+
+    @Timeout(1000)
+    timeout() {}
+  }
+
+  it('BullMQ processors and @nestjs/schedule timers: their kind and the cron options', () => {
+    expect(has(NEST_METADATA.bullProcessor, Jobs)).toBe(true);
+    const type = (method: object) => Reflect.getMetadata(NEST_METADATA.schedulerType, method);
+    expect(type(Timers.prototype.cron)).toBe(SCHEDULER_TYPE.cron);
+    expect(type(Timers.prototype.interval)).toBe(SCHEDULER_TYPE.interval);
+    expect(type(Timers.prototype.timeout)).toBe(SCHEDULER_TYPE.timeout);
+    expect(Reflect.getMetadata(NEST_METADATA.cronOptions, Timers.prototype.cron)).toMatchObject({
+      cronTime: '0 * * * * *',
+      name: 'minutely',
+      timeZone: 'UTC',
+    });
   });
 });

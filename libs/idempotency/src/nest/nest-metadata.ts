@@ -37,7 +37,16 @@ export const NEST_METADATA = {
   graphqlResolverName: 'graphql:resolver_name',
   /** `@ResolveField()` (GraphQL). */
   graphqlResolveField: 'graphql:resolve_property',
+  /** `@Processor(queue)` (`@nestjs/bullmq`), on the class. */
+  bullProcessor: 'bullmq:processor_metadata',
+  /** `@Cron`, `@Interval`, `@Timeout` (`@nestjs/schedule`): which one, as `SchedulerType`. */
+  schedulerType: 'SCHEDULER_TYPE',
+  /** `@Cron(time, options)`: the options, with `cronTime`. */
+  cronOptions: 'SCHEDULE_CRON_OPTIONS',
 } as const;
+
+/** `SchedulerType` of `@nestjs/schedule`. */
+export const SCHEDULER_TYPE = { cron: 1, timeout: 2, interval: 3 } as const;
 
 /** `RouteParamtypes` values of the parameter decorators that hand the handler the raw response. */
 export const ROUTE_PARAM = { response: 1, next: 2 } as const;

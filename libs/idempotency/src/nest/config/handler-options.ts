@@ -62,17 +62,33 @@ export interface CommandKeySource {
   command: unknown;
 }
 
+/** The read-only view a key function (or expression) sees for a BullMQ job. */
+export interface JobKeySource {
+  type: 'job';
+  /** The BullMQ `Job` (its `id`, `name`, `queueName`, `opts`, `attemptsMade`…). */
+  job: { id?: string; name: string; data: unknown } & Record<string, unknown>;
+  /** The job's data (`job.data`). */
+  data: unknown;
+}
+
 export type KeySource =
-  HttpKeySource | RpcKeySource | GraphqlKeySource | GatewayKeySource | CommandKeySource;
+  | HttpKeySource
+  | RpcKeySource
+  | GraphqlKeySource
+  | GatewayKeySource
+  | CommandKeySource
+  | JobKeySource;
 
 export interface IdempotentOptions {
   /**
    * Where the key comes from: a function, or an expression over the read-only
    * roots (`body`, `params`, `query`, `headers`, `user` for HTTP; `data`,
    * `message` for messages; `args`, `headers`, `user` for GraphQL mutations;
-   * `data` for a gateway's messages; `command` for CQRS commands), e.g.
-   * `'data.orderId'` or `'order:{body.customerId}:{body.orderId}'`.
-   * HTTP and GraphQL default: the `Idempotency-Key` header.
+   * `data` for a gateway's messages; `command` for CQRS commands; `job`,
+   * `data` for BullMQ jobs), e.g. `'data.orderId'` or
+   * `'order:{body.customerId}:{body.orderId}'`. HTTP and GraphQL default:
+   * the `Idempotency-Key` header; BullMQ: `job.id`; a `@Cron` tick takes none
+   * (its key is the tick's scheduled time).
    */
   key?: string | ((source: KeySource) => string | number | undefined);
   /** Record namespace. Default `ClassName.methodName` (refused at bootstrap if two handlers would share it). */

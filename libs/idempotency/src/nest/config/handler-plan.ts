@@ -20,17 +20,22 @@ export const RPC_ROOTS = ['data', 'message'] as const;
 export const GRAPHQL_ROOTS = ['args', 'headers', 'user'] as const;
 export const GATEWAY_ROOTS = ['data'] as const;
 export const COMMAND_ROOTS = ['command'] as const;
+export const JOB_ROOTS = ['job', 'data'] as const;
 
 export type KeyResolver =
   | { kind: 'header' }
   | { kind: 'expression'; expression: CompiledKeyExpression }
   | { kind: 'function'; fn: (source: KeySource) => string | number | undefined };
 
-/** `ws`: a WebSocket gateway's `@SubscribeMessage`; `command`: a CQRS command handler's `execute`. */
-export type Transport = 'http' | 'rpc' | 'graphql' | 'ws' | 'command';
+/**
+ * `ws`: a WebSocket gateway's `@SubscribeMessage`; `command`: a CQRS command handler's `execute`;
+ * `job`: a BullMQ processor's `process`; `tick`: a `@Cron` method (the last three run through the
+ * explorer's wrappers, not an interceptor).
+ */
+export type Transport = 'http' | 'rpc' | 'graphql' | 'ws' | 'command' | 'job' | 'tick';
 
 /** Doors whose key comes from the call itself (no key header), with no default fingerprint. */
-const KEYED_BY_MESSAGE: readonly Transport[] = ['rpc', 'ws', 'command'];
+const KEYED_BY_MESSAGE: readonly Transport[] = ['rpc', 'ws', 'command', 'job', 'tick'];
 
 /** Everything the interceptor needs for one handler, resolved and validated at bootstrap. */
 export interface HandlerPlan {
@@ -99,6 +104,8 @@ export function compileHandlerPlan(
   const handler = (classRef.prototype as Record<string, object>)[methodName];
   refuseUnknownOptions(options, IDEMPOTENT_OPTION_KEYS, where);
   refuseUnknownOptions(options.rmq, RMQ_OPTION_KEYS, where, 'rmq.');
+  if (transport === 'job' || transport === 'tick')
+    refuseProviderMethodOptions(options, transport, where);
   if (options.scope !== undefined && typeof options.scope !== 'string') {
     throw new IdempotencyConfigError(`${where}: option "scope" must be a non-empty string`);
   }
@@ -160,6 +167,8 @@ export function compileHandlerPlan(
     if (options.rmq !== undefined) {
       throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
     }
+  } else if (transport === 'job' || transport === 'tick') {
+    // Checked before the plan was built (refuseProviderMethodOptions).
   } else if (transport !== 'rpc') {
     if (options.rmq !== undefined) {
       throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
@@ -190,7 +199,29 @@ const ROOTS: Record<Transport, readonly string[]> = {
   graphql: GRAPHQL_ROOTS,
   ws: GATEWAY_ROOTS,
   command: COMMAND_ROOTS,
+  job: JOB_ROOTS,
+  tick: [],
 };
+
+/** A job's or a tick's options: no RabbitMQ rules; a tick's key and fingerprint come from its schedule. */
+function refuseProviderMethodOptions(
+  options: IdempotentOptions,
+  transport: 'job' | 'tick',
+  where: string,
+): void {
+  const applies = transport === 'job' ? 'a BullMQ job' : 'a @Cron tick';
+  if (options.rmq !== undefined) {
+    throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
+  }
+  if (transport === 'tick') {
+    for (const name of ['key', 'fingerprint', 'required'] as const) {
+      if (options[name] === undefined) continue;
+      throw new IdempotencyConfigError(
+        `${where}: option "${name}" does not apply to ${applies}: its key is the tick's scheduled time and the job's name; remove it`,
+      );
+    }
+  }
+}
 
 function compileKey(
   key: IdempotentOptions['key'],
@@ -224,7 +255,7 @@ function compileFingerprint(
       throw new IdempotencyConfigError(
         transport === 'command'
           ? `${where}: option "fingerprint" has no default for a command handler; pass a function of the command, e.g. ({ command }) => JSON.stringify(command)`
-          : `${where}: option "fingerprint" has no default for a message handler; pass a function of the message, e.g. ({ data }) => JSON.stringify(data)`,
+          : `${where}: option "fingerprint" has no default for a ${transport === 'job' ? 'job' : 'message handler'}; pass a function of the message, e.g. ({ data }) => JSON.stringify(data)`,
       );
     }
     return 'default';

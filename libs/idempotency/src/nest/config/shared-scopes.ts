@@ -93,6 +93,8 @@ function fingerprintOf(claim: ScopeClaim): FingerprintKind {
     case 'rpc':
     case 'ws':
     case 'command':
+    case 'job':
+    case 'tick':
       return { kind: 'none' };
     case 'http':
       return { kind: 'http' };

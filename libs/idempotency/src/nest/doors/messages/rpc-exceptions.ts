@@ -1,7 +1,4 @@
-import {
-  IdempotencyInFlightError,
-  IdempotencyOutcomeUnknownError,
-} from '../../../core/errors';
+import { IdempotencyInFlightError, IdempotencyOutcomeUnknownError } from '../../../core/errors';
 import { microservices } from './microservices';
 
 /** A refusal as a message handler's caller (and Nest's RPC exception handling) sees it. */
