@@ -161,7 +161,9 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
 
   it('refuses to start on a missing table, naming it, without ensureSchema', async () => {
     const store = new PgIdempotencyStore(pool(), { schema: schema('pgpool_none'), logger: quiet });
-    await expect(store.init()).rejects.toThrow(/idempotency_records/);
+    await expect(store.init()).rejects.toThrow(
+      /idempotency_records does not exist; run the nest-idempotency migrations \(migratePgIdempotencyTable\(\)/,
+    );
   });
 
   it('never ends the application pool: close() leaves it serving, and the store starts again', async () => {

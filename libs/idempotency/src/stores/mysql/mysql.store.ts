@@ -43,20 +43,25 @@ export type MysqlPoolLike = object;
 export class MysqlIdempotencyStore extends SqlIdempotencyStore {
   constructor(pool: MysqlPoolLike, options: MysqlIdempotencyStoreOptions = {}) {
     const connector = connectorOfPool(pool);
-    super('MysqlIdempotencyStore', checked(pool, connector, options), (context) => {
-      const { logger } = context;
-      return new MysqlDialect(
-        context,
-        {
-          connector: () => (ended(pool) ? undefined : connector),
-          log: warningsOnly((message) => logger.warn(message)),
-          unready: 'the mysql2 pool was ended (pool.end() while the application runs?)',
-        },
-        'mariadb',
-        databaseOf(pool),
-        options.crossInstancePollMs ?? DEFAULT_CROSS_INSTANCE_POLL_MS,
-      );
-    });
+    super(
+      'MysqlIdempotencyStore',
+      'migrateMysqlIdempotencyTable() or mysqlIdempotencyMigrationSql()',
+      checked(pool, connector, options),
+      (context) => {
+        const { logger } = context;
+        return new MysqlDialect(
+          context,
+          {
+            connector: () => (ended(pool) ? undefined : connector),
+            log: warningsOnly((message) => logger.warn(message)),
+            unready: 'the mysql2 pool was ended (pool.end() while the application runs?)',
+          },
+          'mariadb',
+          databaseOf(pool),
+          options.crossInstancePollMs ?? DEFAULT_CROSS_INSTANCE_POLL_MS,
+        );
+      },
+    );
   }
 
   protected assertUsable(): void {

@@ -37,14 +37,19 @@ export class PgIdempotencyStore extends SqlIdempotencyStore {
     private readonly pool: Pool,
     options: PgIdempotencyStoreOptions = {},
   ) {
-    super('PgIdempotencyStore', checked(pool, options), (context) => {
-      const { logger } = context;
-      return new PostgresDialect(context, {
-        pool: () => (ended(pool) ? undefined : pool),
-        log: warningsOnly((message) => logger.warn(message)),
-        unready: 'the pg Pool was ended (pool.end() while the application runs?)',
-      });
-    });
+    super(
+      'PgIdempotencyStore',
+      'migratePgIdempotencyTable() or pgIdempotencyMigrationSql()',
+      checked(pool, options),
+      (context) => {
+        const { logger } = context;
+        return new PostgresDialect(context, {
+          pool: () => (ended(pool) ? undefined : pool),
+          log: warningsOnly((message) => logger.warn(message)),
+          unready: 'the pg Pool was ended (pool.end() while the application runs?)',
+        });
+      },
+    );
   }
 
   /**

@@ -130,6 +130,8 @@ export type SqlTransaction = (
 export interface DialectContext {
   /** The store's class, as its errors name it. */
   readonly storeName: string;
+  /** How the front's users run the migrations, as errors name it (`createIdempotencyMigrations()`). */
+  readonly migrations: string;
   /** As given: a dialect applies its own defaults (PostgreSQL `public`, MySQL the connection's database). */
   readonly schema: string | undefined;
   readonly table: string;

@@ -95,9 +95,13 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
   /** `ready` has resolved (and close() has not run since). */
   private prepared = false;
 
-  /** `storeName`: the front's class, as errors name it; `dialect`: built on the front's connection. */
+  /**
+   * `storeName`: the front's class, as errors name it; `migrations`: how its
+   * users run the migrations; `dialect`: built on the front's connection.
+   */
   protected constructor(
     private readonly storeName: string,
+    migrations: string,
     private readonly options: SqlStoreOptions,
     dialect: (context: DialectContext) => Dialect,
   ) {
@@ -105,6 +109,7 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
     this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;
     this.dialect = dialect({
       storeName,
+      migrations,
       schema: options.schema,
       table: options.table ?? DEFAULT_TABLE.table,
       timeoutMs: options.operationTimeoutMs ?? 5000,

@@ -46,8 +46,11 @@ export class TypeOrmIdempotencyStore extends SqlIdempotencyStore {
     private readonly dataSource: DataSource,
     options: TypeOrmIdempotencyStoreOptions = {},
   ) {
-    super('TypeOrmIdempotencyStore', checked(dataSource, options), (context) =>
-      dialectOf(dataSource, context, options),
+    super(
+      'TypeOrmIdempotencyStore',
+      'createIdempotencyMigrations()',
+      checked(dataSource, options),
+      (context) => dialectOf(dataSource, context, options),
     );
   }
 

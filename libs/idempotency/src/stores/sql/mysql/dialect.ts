@@ -223,6 +223,7 @@ export class MysqlDialect implements Dialect {
       columns,
       primaryKey.map((row) => row.column_name),
       engine?.engine ?? null,
+      context.migrations,
     );
     // A statement larger than max_allowed_packet fails and takes its connection with it:
     // refuse at startup a payload limit the server would refuse at the first large result.

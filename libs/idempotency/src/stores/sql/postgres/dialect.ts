@@ -172,6 +172,7 @@ export class PostgresDialect implements Dialect {
       this.tableName,
       columns,
       primaryKey.map((r) => r.column_name),
+      this.context.migrations,
     );
     const pool = this.connection.pool();
     if (!pool) throw new IdempotencyStoreUnavailableError(`prepare: ${this.connection.unready}`);
