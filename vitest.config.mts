@@ -18,7 +18,7 @@ const SRC = `${ROOT}/libs/idempotency/src`;
 const alias = [
   { find: /^nest-idempotency$/, replacement: `${SRC}/index.ts` },
   {
-    find: /^nest-idempotency\/(core|store-kit|typeorm|testing|opentelemetry|redis)$/,
+    find: /^nest-idempotency\/(core|store-kit|typeorm|pg|mysql|testing|opentelemetry|redis)$/,
     replacement: `${SRC}/$1.ts`,
   },
 ];

@@ -19,7 +19,7 @@ import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { installDriverCounter } from './lib/driver-count';
 import { describeMachine, machineRows } from './lib/machine';
 import { openDataSource, poolOf, serverVersion, startServer } from './lib/postgres';
-import { qualified, recordIdOf } from '../libs/idempotency/src/stores/typeorm/table';
+import { qualified, recordIdOf } from '../libs/idempotency/src/stores/sql/table';
 import { consoleTable, mdTable, resultsPath, writeMarkdown } from './lib/report';
 import { envNumber, fmtMs, fmtP50P99, fmtRange, median, percentile } from './lib/stats';
 import { measure as measureWith, Throughput } from './lib/throughput';

@@ -24,7 +24,17 @@ const DIST =
   outDirFlag === -1 ? path.join(PACKAGE, 'dist') : path.resolve(process.argv[outDirFlag + 1]);
 const ESM = path.join(DIST, 'esm');
 /** The package's entry points: the ES-module build holds these and what they import, nothing else. */
-const ENTRIES = ['index', 'core', 'store-kit', 'typeorm', 'testing', 'opentelemetry', 'redis'];
+const ENTRIES = [
+  'index',
+  'core',
+  'store-kit',
+  'typeorm',
+  'pg',
+  'mysql',
+  'testing',
+  'opentelemetry',
+  'redis',
+];
 
 function readConfig() {
   const file = path.join(PACKAGE, 'tsconfig.lib.json');

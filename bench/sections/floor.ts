@@ -17,14 +17,14 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { Client, Pool, QueryConfig } from 'pg';
 import { IdempotencyEngine } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { preparedName } from '../../libs/idempotency/src/stores/typeorm/postgres/query';
-import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/postgres/statements';
+import { preparedName } from '../../libs/idempotency/src/stores/sql/postgres/query';
+import { buildStatements } from '../../libs/idempotency/src/stores/sql/postgres/statements';
 import {
   channelFor,
   qualified,
   recordIdOf,
   TableName,
-} from '../../libs/idempotency/src/stores/typeorm/table';
+} from '../../libs/idempotency/src/stores/sql/table';
 import { CpuSplit, withCpu } from '../lib/cpu';
 import { backendPids, openDataSource } from '../lib/postgres';
 import { fmtRange, median, pairedRatios, sleep } from '../lib/stats';

@@ -18,13 +18,9 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { createConnection, createPool, Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import { encodeValue, IdempotencyEngine } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import {
-  bind,
-  mysqlQualified,
-  Statement,
-} from '../../libs/idempotency/src/stores/typeorm/mysql/sql';
-import { buildMysqlStatements } from '../../libs/idempotency/src/stores/typeorm/mysql/statements';
-import { recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
+import { bind, mysqlQualified, Statement } from '../../libs/idempotency/src/stores/sql/mysql/sql';
+import { buildMysqlStatements } from '../../libs/idempotency/src/stores/sql/mysql/statements';
+import { recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import {
   cpuPerOp,
   rateOf,

@@ -18,8 +18,8 @@ import type {
 } from 'nest-idempotency';
 import { IdempotencyEngine } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/postgres/statements';
-import { qualified } from '../../libs/idempotency/src/stores/typeorm/table';
+import { buildStatements } from '../../libs/idempotency/src/stores/sql/postgres/statements';
+import { qualified } from '../../libs/idempotency/src/stores/sql/table';
 import { runPaced } from '../lib/paced';
 import { openDataSource } from '../lib/postgres';
 import { fmtMs, fmtP50P99, median, pairedRatios, percentile, sleep } from '../lib/stats';

@@ -5,7 +5,7 @@
  */
 import { IdempotencyEngine } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { qualified, recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
+import { qualified, recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { openDataSource, poolOf } from '../lib/postgres';
 import { fmtMs, fmtP50P99, fmtRange, percentile } from '../lib/stats';
 import { alternatingWakeTrials, WakeTrial } from '../lib/wake';

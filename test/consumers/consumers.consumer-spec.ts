@@ -77,6 +77,8 @@ describe('the packed tarball', () => {
       'core',
       'store-kit',
       'typeorm',
+      'pg',
+      'mysql',
       'testing',
       'opentelemetry',
       'redis',

@@ -8,7 +8,17 @@ import ts from 'typescript';
  * a side effect of a helper's `export`.
  */
 const SRC = path.resolve(__dirname, '../../libs/idempotency/src');
-const ENTRIES = ['index', 'core', 'store-kit', 'typeorm', 'redis', 'testing', 'opentelemetry'];
+const ENTRIES = [
+  'index',
+  'core',
+  'store-kit',
+  'typeorm',
+  'pg',
+  'mysql',
+  'redis',
+  'testing',
+  'opentelemetry',
+];
 
 function surfaces(): Map<string, string> {
   const files = ENTRIES.map((entry) => path.join(SRC, `${entry}.ts`));

@@ -1,6 +1,6 @@
 import type { DataSource } from 'typeorm';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/postgres/statements';
+import { buildStatements } from '../../libs/idempotency/src/stores/sql/postgres/statements';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
 /**

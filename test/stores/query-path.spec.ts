@@ -1,9 +1,10 @@
 import type { Pool } from 'pg';
 import type { DataSource } from 'typeorm';
-import { Deadlines } from '../../libs/idempotency/src/stores/typeorm/bounded-query';
-import { mysqlStoreQuery } from '../../libs/idempotency/src/stores/typeorm/mysql/query';
-import { poolOf } from '../../libs/idempotency/src/stores/typeorm/postgres/pool';
-import { storeQuery } from '../../libs/idempotency/src/stores/typeorm/postgres/query';
+import { Deadlines } from '../../libs/idempotency/src/stores/sql/bounded-query';
+import { connectorOf, mysqlStoreQuery } from '../../libs/idempotency/src/stores/sql/mysql/query';
+import { poolOf } from '../../libs/idempotency/src/stores/sql/postgres/pool';
+import { storeQuery } from '../../libs/idempotency/src/stores/sql/postgres/query';
+import { typeormQueryLog } from '../../libs/idempotency/src/stores/typeorm/typeorm.query-log';
 import { mariadbAvailable, openMysqlDataSource } from '../support/mariadb';
 import { openDataSource } from '../support/postgres';
 
@@ -26,13 +27,17 @@ describe('the PostgreSQL query path', () => {
   let pool: Pool;
   const deadlines = new Deadlines(5000);
   const run = <T>(text: string, values: unknown[], name?: string) =>
-    storeQuery<T>(dataSource, deadlines, {
-      operation: 'test',
-      text,
-      values,
-      name,
-      logged: () => [],
-    });
+    storeQuery<T>(
+      { pool: () => poolOf(dataSource), log: typeormQueryLog(dataSource), unready: 'unready' },
+      deadlines,
+      {
+        operation: 'test',
+        text,
+        values,
+        name,
+        logged: () => [],
+      },
+    );
   const backendPid = async () =>
     (await run<{ pid: number }>('SELECT pg_backend_pid() AS pid', [])).rows[0].pid;
 
@@ -86,13 +91,22 @@ describe.skipIf(!mariadbAvailable())('the MySQL/MariaDB query path', () => {
   let dataSource: DataSource;
   const deadlines = new Deadlines(5000);
   const run = <T>(text: string, values: unknown[], prepared: boolean) =>
-    mysqlStoreQuery<T>(dataSource, deadlines, 'MariaDB', {
-      operation: 'test',
-      text,
-      values,
-      prepared,
-      logged: () => [],
-    });
+    mysqlStoreQuery<T>(
+      {
+        connector: () => connectorOf(dataSource),
+        log: typeormQueryLog(dataSource),
+        unready: 'unready',
+      },
+      deadlines,
+      'MariaDB',
+      {
+        operation: 'test',
+        text,
+        values,
+        prepared,
+        logged: () => [],
+      },
+    );
   const connectionId = async () =>
     Number((await run<Array<{ id: number }>>('SELECT CONNECTION_ID() AS id', [], false))[0].id);
 

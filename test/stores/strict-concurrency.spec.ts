@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import type { AcquireRequest, AcquireResult } from 'nest-idempotency';
 import type { ContractHarness } from 'nest-idempotency/testing';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
+import { recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { mariadbHarness } from '../support/mariadb-harness';
 import { mariadbAvailable, openMysqlDataSource } from '../support/mariadb';
 import { openDataSource } from '../support/postgres';

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { buildStatements } from '../../libs/idempotency/src/stores/typeorm/postgres/statements';
-import { recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
+import { buildStatements } from '../../libs/idempotency/src/stores/sql/postgres/statements';
+import { recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
 /**

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { AcquireRequest, encodeValue, IdempotencyStoreSchemaError } from 'nest-idempotency';
 import { createIdempotencyMigrations, TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
+import { recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { dropTable, mariadbAvailable, openMysqlDataSource, scratchTable } from '../support/mariadb';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 

@@ -9,7 +9,7 @@ import {
   Lease,
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { channelFor, recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
+import { channelFor, recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
 
 /**

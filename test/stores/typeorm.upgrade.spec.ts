@@ -13,7 +13,7 @@ import {
   createTableSql,
   TypeOrmIdempotencyStore,
 } from 'nest-idempotency/typeorm';
-import { recordIdOf } from '../../libs/idempotency/src/stores/typeorm/table';
+import { recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
 
 /**

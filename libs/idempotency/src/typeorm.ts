@@ -16,7 +16,7 @@ export {
   schemaSql,
   strictModeTableSql,
   upgradeTableSql,
-} from './stores/typeorm/postgres/schema';
-export { mysqlSchemaSql } from './stores/typeorm/mysql/schema';
-export type { MysqlTableName } from './stores/typeorm/mysql/sql';
-export type { TableName } from './stores/typeorm/table';
+} from './stores/sql/postgres/schema';
+export { mysqlSchemaSql } from './stores/sql/mysql/schema';
+export type { MysqlTableName } from './stores/sql/mysql/sql';
+export type { TableName } from './stores/sql/table';

@@ -11,7 +11,7 @@ import {
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { storedKeyDigest } from '../../../libs/idempotency/src/core/key';
-import { recordIdOf } from '../../../libs/idempotency/src/stores/typeorm/table';
+import { recordIdOf } from '../../../libs/idempotency/src/stores/sql/table';
 import { AnyRedisClient, command } from '../../support/redis';
 import { ExpiryRule, Snapshot } from './lifecycle-model';
 

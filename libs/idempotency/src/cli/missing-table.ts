@@ -1,4 +1,4 @@
-import { DEFAULT_TABLE } from '../stores/typeorm/table';
+import { DEFAULT_TABLE } from '../stores/sql/table';
 import type { SqlConnection } from './backend';
 
 /**

@@ -1,7 +1,7 @@
 import { Argument, Command } from 'commander';
-import { mysqlSchemaSql } from '../stores/typeorm/mysql/schema';
-import { schemaSql } from '../stores/typeorm/postgres/schema';
-import { DEFAULT_TABLE } from '../stores/typeorm/table';
+import { mysqlSchemaSql } from '../stores/sql/mysql/schema';
+import { schemaSql } from '../stores/sql/postgres/schema';
+import { DEFAULT_TABLE } from '../stores/sql/table';
 import { GlobalOptions, resolveConnection, SqlConnection, SqlDialect } from './connection';
 import { CommandContext } from './context';
 import { CliError, ExitCode } from './exit-codes';

@@ -7,7 +7,7 @@ import { Connection, openBackend, VerifyRun } from './connection';
 import { CommandContext } from './context';
 import { CliError, ExitCode } from './exit-codes';
 import { renderTable } from './format';
-import { quoteIdent } from '../stores/typeorm/table';
+import { quoteIdent } from '../stores/sql/table';
 
 /**
  * `verify` grades the store's contract (nest-idempotency/testing's

@@ -1,12 +1,16 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { mysqlCreateTableSql, mysqlDropTableSql, mysqlStrictModeUpgrade } from './mysql/schema';
+import {
+  mysqlCreateTableSql,
+  mysqlDropTableSql,
+  mysqlStrictModeUpgrade,
+} from '../sql/mysql/schema';
 import {
   createTableSql,
   dropTableSql,
   strictModeTableSql,
   upgradeTableSql,
-} from './postgres/schema';
-import { DEFAULT_TABLE, STRICT_MODE_MIGRATION, TableName } from './table';
+} from '../sql/postgres/schema';
+import { DEFAULT_TABLE, STRICT_MODE_MIGRATION, TableName } from '../sql/table';
 
 type MigrationClass = new () => MigrationInterface;
 

@@ -1,94 +1,16 @@
-import { randomUUID } from 'node:crypto';
 import type { DataSource, EntityManager } from 'typeorm';
-import {
-  IdempotencyConfigError,
-  IdempotencyLeaseLostError,
-  IdempotencyStoreSchemaError,
-} from '../../core/errors';
-import { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from '../../core/byte-probe';
-import { storedKeyDigest } from '../../core/key';
-import { IdempotencyLogger } from '../../core/logger';
+import { IdempotencyConfigError, IdempotencyStoreSchemaError } from '../../core/errors';
 import { optionKeys, refuseUnknownOptions } from '../../core/option-keys';
-import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../../core/payload';
-import {
-  checkAcquireRequest,
-  checkLease,
-  checkListFilter,
-  checkPayload,
-  checkPurgeOptions,
-  checkRecordId,
-  checkResolution,
-} from '../../core/store-input';
-import {
-  AcquireRequest,
-  AcquireResult,
-  AmbiguityReason,
-  DEFAULT_MAX_WAITERS,
-  DEFAULT_PURGE_BATCH,
-  IdempotencyRecordView,
-  IdempotencyStore,
-  Lease,
-  ListFilter,
-  RecordId,
-  Resolution,
-  ResolveResult,
-  StoredPayload,
-  StrictModeSupport,
-  TransactionalCompletion,
-} from '../../core/store';
-import { waitForRecord } from '../../core/wait-loop';
-import { WaiterRegistry } from '../../core/waiters';
-import type { Dialect, RecordRef, SqlLease } from './dialect';
-import { DEFAULT_CROSS_INSTANCE_POLL_MS, MysqlDialect } from './mysql/dialect';
-import { PostgresDialect } from './postgres/dialect';
-import { DEFAULT_TABLE, recordIdHexOf, TableName } from './table';
+import type { TransactionalCompletion } from '../../core/store';
+import type { DialectContext, SqlTransaction } from '../sql/dialect';
+import { DEFAULT_CROSS_INSTANCE_POLL_MS, MysqlDialect } from '../sql/mysql/dialect';
+import { connectorOf } from '../sql/mysql/query';
+import { PostgresDialect } from '../sql/postgres/dialect';
+import { poolOf } from '../sql/postgres/pool';
+import { CrossInstancePollOption, SqlIdempotencyStore, SqlStoreOptions } from '../sql/sql.store';
+import { typeormQueryLog } from './typeorm.query-log';
 
-export interface TypeOrmIdempotencyStoreOptions {
-  /**
-   * Schema of the records table. Default `public`. On MySQL and MariaDB, the
-   * database of the table; default the DataSource's database.
-   */
-  schema?: string;
-  /** Name of the records table. Default `idempotency_records`. */
-  table?: string;
-  /** Create (or upgrade) the table at `init()`. For development; use the migrations in production. */
-  ensureSchema?: boolean;
-  /** Largest stored result the store accepts, in bytes. Default 1 MiB. */
-  maxPayloadBytes?: number;
-  /**
-   * Most duplicates parked waiting in this process at once. One more is answered
-   * `in-flight` straight away instead of holding memory. Default 10,000.
-   */
-  maxWaiters?: number;
-  /** Bound on any one store call (including waiting for a pooled connection). Default 5000 ms. */
-  operationTimeoutMs?: number;
-  /** Fallback poll for waiting duplicates when a notification is missed. Default 1000 ms. */
-  pollIntervalMs?: number;
-  /**
-   * MySQL and MariaDB only (they have no LISTEN/NOTIFY): the longest gap
-   * between two checks, in one statement for all of this instance's waiting
-   * duplicates, of whether the records they wait on were completed or released
-   * by another instance. A record is first checked 4 ms after a duplicate
-   * starts waiting on it, then at doubling gaps up to this. Default 32 ms.
-   */
-  crossInstancePollMs?: number;
-  /**
-   * Send acquire, complete, release and extend as named prepared statements
-   * (each connection parses and plans them once). Default true. Turn off behind
-   * a pooler that cannot keep prepared statements (PgBouncer in transaction mode
-   * before 1.21, or without `max_prepared_statements`; on MySQL, ProxySQL
-   * without prepared-statement support).
-   */
-  preparedStatements?: boolean;
-  /**
-   * Prove at `init()` that a payload comes back byte for byte (0x00, 0xff,
-   * invalid UTF-8), with a short-lived record of its own, deleted afterwards.
-   * Default true. Off, `init()` writes nothing: for read-only tools (the CLI's
-   * reads) and read-only logins.
-   */
-  byteProbe?: boolean;
-  logger?: IdempotencyLogger;
-}
+export interface TypeOrmIdempotencyStoreOptions extends SqlStoreOptions, CrossInstancePollOption {}
 
 /** Every key of `TypeOrmIdempotencyStoreOptions` (`tsc` fails when the two disagree); any other is refused. */
 export const TYPEORM_STORE_OPTION_KEYS = optionKeys<TypeOrmIdempotencyStoreOptions>()([
@@ -105,160 +27,31 @@ export const TYPEORM_STORE_OPTION_KEYS = optionKeys<TypeOrmIdempotencyStoreOptio
   'logger',
 ]);
 
+const UNREADY = 'the DataSource is not initialized (destroyed while the application runs?)';
+
 /**
  * The store through a TypeORM `DataSource`: PostgreSQL (`postgres`, driver
- * `pg`), MySQL and MariaDB (`mysql` or `mariadb`, driver `mysql2`). Each
- * database's SQL lives in its dialect (./postgres, ./mysql); see
- * docs/storage.md and docs/mariadb.md for the tables, the migrations and the
- * round trips each call costs. Supports strict mode on every database (the
- * AMBIGUOUS state needs the third migration, which the schema check asks for).
+ * `pg`), MySQL and MariaDB (`mysql` or `mariadb`, driver `mysql2`). A front
+ * of the same stores as `nest-idempotency/pg` and `nest-idempotency/mysql`:
+ * their statements run on the driver's pool under the DataSource (never
+ * through `dataSource.query`), reported to the DataSource's logger with keys
+ * and payloads replaced. See docs/storage.md and docs/mariadb.md for the
+ * tables, the migrations and the round trips each call costs. Supports strict
+ * mode on every database (the AMBIGUOUS state needs the third migration,
+ * which the schema check asks for), and `completion: 'transaction'` in a
+ * transaction of the same DataSource.
  */
-export class TypeOrmIdempotencyStore implements IdempotencyStore {
-  private readonly dialect: Dialect;
-  private readonly waiters = new WaiterRegistry();
-  private readonly maxPayloadBytes: number;
-  private readonly maxWaiters: number;
-  private ready?: Promise<void>;
-  /** `ready` has resolved (and close() has not run since). */
-  private prepared = false;
-
+export class TypeOrmIdempotencyStore extends SqlIdempotencyStore {
   constructor(
     private readonly dataSource: DataSource,
-    private readonly options: TypeOrmIdempotencyStoreOptions = {},
+    options: TypeOrmIdempotencyStoreOptions = {},
   ) {
-    if (!dataSource || typeof dataSource !== 'object' || !dataSource.options) {
-      throw new IdempotencyConfigError(
-        `TypeOrmIdempotencyStore: no DataSource was given (got ${dataSource === null ? 'null' : typeof dataSource}, not a TypeORM DataSource); in IdempotencyModule.forRootAsync, add inject: [DataSource] so that useFactory receives it: forRootAsync({ inject: [DataSource], useFactory: (dataSource: DataSource) => ({ store: new TypeOrmIdempotencyStore(dataSource) }) })`,
-      );
-    }
-    refuseUnknownOptions(options, TYPEORM_STORE_OPTION_KEYS, 'TypeOrmIdempotencyStore');
-    const type = dataSource.options.type;
-    this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
-    this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;
-    const context = {
-      dataSource,
-      schema: options.schema,
-      table: options.table ?? DEFAULT_TABLE.table,
-      timeoutMs: options.operationTimeoutMs ?? 5000,
-      pollIntervalMs: options.pollIntervalMs ?? 1000,
-      preparedStatements: options.preparedStatements ?? true,
-      maxPayloadBytes: this.maxPayloadBytes,
-      logger: options.logger ?? {
-        warn: (m: string) => console.warn(`[nest-idempotency] ${m}`),
-        error: (m: string) => console.error(`[nest-idempotency] ${m}`),
-      },
-      waiters: this.waiters,
-    };
-    if (type === 'postgres') {
-      this.dialect = new PostgresDialect(context);
-    } else if (type === 'mysql' || type === 'mariadb') {
-      this.dialect = new MysqlDialect(
-        context,
-        type,
-        options.crossInstancePollMs ?? DEFAULT_CROSS_INSTANCE_POLL_MS,
-      );
-    } else {
-      throw new IdempotencyStoreSchemaError(
-        `TypeOrmIdempotencyStore supports PostgreSQL; the DataSource is of type "${type}" (supported: "postgres" with pg, "mysql" and "mariadb" with mysql2)`,
-      );
-    }
-  }
-
-  /** The records table (on MySQL, `schema` is its database, known for certain once `init()` ran). */
-  get tableName(): TableName {
-    return this.dialect.tableName;
-  }
-
-  /**
-   * Checks (or with `ensureSchema`, creates) the table and starts listening.
-   * Runs once; every other call awaits it, so calling it yourself is optional
-   * but surfaces a wrong schema at startup rather than on the first request.
-   */
-  init(): Promise<void> {
-    if (this.ready) return this.ready;
-    const ready: Promise<void> = this.prepare().then(
-      () => {
-        // Unless close() (or a failure) let go of this preparation meanwhile.
-        this.prepared = this.ready === ready;
-      },
-      (error) => {
-        if (this.ready === ready) this.ready = undefined;
-        throw error;
-      },
+    super(
+      'TypeOrmIdempotencyStore',
+      'createIdempotencyMigrations()',
+      checked(dataSource, options),
+      (context) => dialectOf(dataSource, context, options),
     );
-    this.ready = ready;
-    return ready;
-  }
-
-  /** Closes the LISTEN connection (or stops polling) and wakes waiters. A later call prepares the store again. */
-  async close(): Promise<void> {
-    this.ready = undefined;
-    this.prepared = false;
-    await this.dialect.close();
-    this.waiters.notifyAll();
-  }
-
-  onWait(listener: (scope: string) => void): () => void {
-    return this.waiters.onWait(listener);
-  }
-
-  /**
-   * `SELECT 1` through the same pool and the same bound as every other call
-   * (waiting for a pooled connection included): `IdempotencyStoreUnavailableError`
-   * after `operationTimeoutMs`, or when the database cannot be reached. It
-   * needs no `init()`, so a health check tells an unreachable database apart
-   * from a missing table.
-   */
-  ping(): Promise<void> {
-    return this.dialect.ping();
-  }
-
-  tryAcquire(given: AcquireRequest): Promise<AcquireResult> {
-    let request: AcquireRequest;
-    try {
-      request = checkAcquireRequest(given);
-    } catch (error) {
-      return Promise.reject(error as Error);
-    }
-    // Prepared: straight on, without a turn of the event loop for init().
-    return this.prepared ? this.acquire(request) : this.init().then(() => this.acquire(request));
-  }
-
-  private async acquire(request: AcquireRequest): Promise<AcquireResult> {
-    const record = recordRef(request.scope, request.key);
-    const lease: SqlLease = {
-      id: record.id,
-      idHex: record.idHex,
-      leaseId: randomUUID(),
-      leaseMs: request.leaseMs,
-      ttlMs: request.ttlMs,
-    };
-    const begun = this.dialect.beginAcquire(record, request, lease);
-    const attempt = begun instanceof Promise ? await begun : begun;
-    try {
-      return await waitForRecord({
-        request,
-        waiters: this.waiters,
-        waiterId: record.idHex,
-        maxWaiters: this.maxWaiters,
-        pollMs: () => this.dialect.pollMs(),
-        look: attempt.look,
-      });
-    } finally {
-      attempt.end();
-    }
-  }
-
-  async complete(lease: Lease, payload: StoredPayload): Promise<void> {
-    checkLease(lease, 'complete');
-    checkPayload(payload, 'complete');
-    assertPayloadSize(payload, this.maxPayloadBytes);
-    await this.init();
-    if (!(await this.dialect.complete(lease as SqlLease, payload))) {
-      throw new IdempotencyLeaseLostError(
-        'complete refused: the record is no longer held under this lease',
-      );
-    }
   }
 
   /**
@@ -269,11 +62,7 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
    */
   readonly transactional: TransactionalCompletion<EntityManager> = {
     transaction: (work) => this.dataSource.transaction((manager) => work(manager)),
-    completeIn: async (tx, lease, payload) => {
-      checkLease(lease, 'completeIn');
-      checkPayload(payload, 'completeIn');
-      assertPayloadSize(payload, this.maxPayloadBytes);
-      await this.init();
+    completeIn: (tx, lease, payload) => {
       const runner = tx.queryRunner;
       if (!runner?.isTransactionActive) {
         throw new IdempotencyConfigError(
@@ -285,175 +74,67 @@ export class TypeOrmIdempotencyStore implements IdempotencyStore {
           "completion in a transaction needs a transaction of the store's own DataSource; this EntityManager belongs to another",
         );
       }
-      const stored = await this.dialect.completeIn(runner, lease as SqlLease, payload);
-      return stored ? 'stored' : 'lease-lost';
+      const statement: SqlTransaction = async (text, values) => {
+        const done = await runner.query(text, values, true);
+        const raw = done.raw as { affectedRows?: number } | undefined;
+        return {
+          rows: Array.isArray(done.records) ? done.records : [],
+          affected: done.affected ?? raw?.affectedRows ?? 0,
+        };
+      };
+      return this.completeInTransaction(statement, lease, payload);
     },
-    afterCommit: (lease) => this.dialect.afterCommit(lease as SqlLease),
+    afterCommit: (lease) => this.afterCommitted(lease),
   };
 
-  /**
-   * Strict mode (`onExpiredLease: 'refuse'`): AMBIGUOUS records, kept in the
-   * table until resolved (never purged, never taken over), on the database's clock.
-   */
-  readonly strictMode: StrictModeSupport = {
-    markAmbiguous: (lease, reason) => this.markAmbiguous(lease, reason),
-    resolve: (id, resolution) => this.resolve(id, resolution),
-  };
-
-  private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
-    checkLease(lease, 'markAmbiguous');
-    await this.init();
-    if (!(await this.dialect.markAmbiguous(lease as SqlLease, reason))) {
-      throw new IdempotencyLeaseLostError(
-        'markAmbiguous refused: the record is no longer held under this lease',
-      );
-    }
-  }
-
-  private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
-    checkResolution(id, resolution);
-    if (resolution.outcome === 'completed') {
-      assertPayloadSize(resolution.payload, this.maxPayloadBytes);
-    }
-    await this.init();
-    return this.dialect.resolve(recordRef(id.scope, id.key), resolution);
-  }
-
-  async release(lease: Lease): Promise<void> {
-    checkLease(lease, 'release');
-    await this.init();
-    if (!(await this.dialect.release(lease as SqlLease))) {
-      throw new IdempotencyLeaseLostError(
-        'release refused: the record is no longer held under this lease',
-      );
-    }
-  }
-
-  async extend(lease: Lease): Promise<boolean> {
-    checkLease(lease, 'extend');
-    await this.init();
-    return this.dialect.extend(lease as SqlLease);
-  }
-
-  async purgeExpired(options: { limit?: number } = {}): Promise<number> {
-    checkPurgeOptions(options);
-    await this.init();
-    return this.dialect.purge(options.limit ?? DEFAULT_PURGE_BATCH);
-  }
-
-  /**
-   * How many records `purgeExpired` would delete now (at most `limit`), by the
-   * same rule, without deleting or locking anything: a purge's dry run.
-   */
-  async countExpired(options: { limit?: number } = {}): Promise<number> {
-    checkPurgeOptions(options, 'countExpired');
-    await this.init();
-    return this.dialect.countExpired(options.limit ?? null);
-  }
-
-  async find(id: RecordId): Promise<IdempotencyRecordView | null> {
-    checkRecordId(id, 'find');
-    await this.init();
-    return this.dialect.find(recordRef(id.scope, id.key));
-  }
-
-  async list(filter: ListFilter = {}): Promise<IdempotencyRecordView[]> {
-    checkListFilter(filter);
-    await this.init();
-    return this.dialect.list(filter);
-  }
-
-  private async prepare(): Promise<void> {
+  protected assertUsable(): void {
     if (!this.dataSource.isInitialized) {
       throw new IdempotencyStoreSchemaError(
         'TypeOrmIdempotencyStore: the DataSource is not initialized; call dataSource.initialize() before the store is used (before the application starts)',
       );
     }
-    await this.dialect.prepare(this.options.ensureSchema ?? false);
-    if (this.options.byteProbe ?? true) await this.proveBytes();
-  }
-
-  /**
-   * Writes `PROBE_BYTES` as a record of its own (acquired and completed as any
-   * other, its lease and TTL on the database's clock) and reads it back as a
-   * replay and as `find` would, then deletes it: a payload column, driver or
-   * connection setting that does not keep bytes as they are fails the start,
-   * not every replay later. A probe record left behind (the process died
-   * meanwhile) expires within a minute and is purged as any other.
-   */
-  private async proveBytes(): Promise<void> {
-    const record = recordRef(PROBE_SCOPE, randomUUID());
-    const request: AcquireRequest = {
-      scope: record.scope,
-      key: record.key,
-      leaseMs: PROBE_TTL_MS,
-      ttlMs: PROBE_TTL_MS,
-      waitTimeoutMs: 0,
-      fingerprint: null,
-    };
-    const lease: SqlLease = {
-      id: record.id,
-      idHex: record.idHex,
-      leaseId: randomUUID(),
-      leaseMs: PROBE_TTL_MS,
-      ttlMs: PROBE_TTL_MS,
-    };
-    const look = async () => {
-      const attempt = await this.dialect.beginAcquire(record, request, lease);
-      try {
-        return await attempt.look(false);
-      } finally {
-        attempt.end();
-      }
-    };
-    let failed = true;
-    try {
-      const acquired = await look();
-      if (acquired.kind !== 'acquired' || !(await this.dialect.complete(lease, PROBE_BYTES))) {
-        throw new IdempotencyStoreSchemaError(
-          `TypeOrmIdempotencyStore: the byte probe at init() could not write its own record in ${this.dialect.product}`,
-        );
-      }
-      const replayed = await look();
-      const found = await this.dialect.find(record);
-      const mismatch =
-        probeMismatch(replayed.kind === 'record' ? replayed.record.payload : null) ??
-        probeMismatch(found?.payload);
-      if (mismatch) {
-        throw new IdempotencyStoreSchemaError(
-          `TypeOrmIdempotencyStore: ${this.dialect.product} does not hand stored bytes back unchanged: ${mismatch}. Check the payload column's type (bytea on PostgreSQL, LONGBLOB on MySQL and MariaDB) and the driver's settings`,
-        );
-      }
-      failed = false;
-    } finally {
-      // Whatever happened: the probe leaves no record (a failure to delete it
-      // matters only when nothing failed before).
-      await this.dialect.forget(record).catch((error: unknown) => {
-        if (!failed) throw error;
-      });
-    }
   }
 }
 
-/** The record's id, hashed once per call; the digest logs show, only if something is logged. */
-class Ref implements RecordRef {
-  readonly id: Buffer;
-  readonly idHex: string;
-  private shown?: string;
-
-  constructor(
-    readonly scope: string,
-    readonly key: string,
-  ) {
-    this.idHex = recordIdHexOf(scope, key);
-    this.id = Buffer.from(this.idHex, 'hex');
+/** The options, once the DataSource is known to be one. */
+function checked(
+  dataSource: DataSource,
+  options: TypeOrmIdempotencyStoreOptions,
+): TypeOrmIdempotencyStoreOptions {
+  if (!dataSource || typeof dataSource !== 'object' || !dataSource.options) {
+    throw new IdempotencyConfigError(
+      `TypeOrmIdempotencyStore: no DataSource was given (got ${dataSource === null ? 'null' : typeof dataSource}, not a TypeORM DataSource); in IdempotencyModule.forRootAsync, add inject: [DataSource] so that useFactory receives it: forRootAsync({ inject: [DataSource], useFactory: (dataSource: DataSource) => ({ store: new TypeOrmIdempotencyStore(dataSource) }) })`,
+    );
   }
-
-  get digest(): string {
-    return (this.shown ??= storedKeyDigest(this.scope, this.key));
-  }
+  refuseUnknownOptions(options, TYPEORM_STORE_OPTION_KEYS, 'TypeOrmIdempotencyStore');
+  return options;
 }
 
-function recordRef(scope: string, key: string): RecordRef {
-  return new Ref(scope, key);
+/** The dialect of the DataSource's database, on the driver's pool under it. */
+function dialectOf(
+  dataSource: DataSource,
+  context: DialectContext,
+  options: TypeOrmIdempotencyStoreOptions,
+) {
+  const type = dataSource.options.type;
+  const log = typeormQueryLog(dataSource);
+  if (type === 'postgres') {
+    return new PostgresDialect(context, {
+      pool: () => poolOf(dataSource),
+      log,
+      unready: UNREADY,
+    });
+  }
+  if (type === 'mysql' || type === 'mariadb') {
+    return new MysqlDialect(
+      context,
+      { connector: () => connectorOf(dataSource), log, unready: UNREADY },
+      type,
+      (dataSource.driver as { database?: string }).database,
+      options.crossInstancePollMs ?? DEFAULT_CROSS_INSTANCE_POLL_MS,
+    );
+  }
+  throw new IdempotencyStoreSchemaError(
+    `TypeOrmIdempotencyStore supports PostgreSQL; the DataSource is of type "${type}" (supported: "postgres" with pg, "mysql" and "mariadb" with mysql2)`,
+  );
 }

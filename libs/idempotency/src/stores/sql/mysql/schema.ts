@@ -222,10 +222,11 @@ export function assertMysqlTableShape(
   columns: MysqlColumnRow[],
   primaryKey: string[],
   engine: string | null,
+  migrations = 'createIdempotencyMigrations()',
 ): void {
   if (columns.length === 0) {
     throw new IdempotencyStoreSchemaError(
-      `table ${where} does not exist; run the nest-idempotency migrations (createIdempotencyMigrations()) or pass { ensureSchema: true } in development`,
+      `table ${where} does not exist; run the nest-idempotency migrations (${migrations}) or pass { ensureSchema: true } in development`,
     );
   }
   const actual = new Map(columns.map((c) => [c.column_name, c]));

@@ -1,4 +1,3 @@
-import type { QueryRunner } from 'typeorm';
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
 import type {
   AcquireRequest,
@@ -17,13 +16,14 @@ import type {
   LookResult,
   RecordRef,
   SqlLease,
+  SqlTransaction,
 } from '../dialect';
 import { ambiguousLook } from '../dialect';
 import type { TableName } from '../table';
 import { AcquireOrder } from '../acquire-order';
 import { Deadlines } from '../bounded-query';
 import { loggedScope } from '../query-log';
-import { matchedRows, MysqlOk, mysqlStoreQuery } from './query';
+import { matchedRows, MysqlOk, MysqlPoolConnection, mysqlStoreQuery } from './query';
 import {
   assertMysqlTableShape,
   MYSQL_COLUMNS_QUERY,
@@ -113,13 +113,13 @@ interface ServerRow {
 }
 
 /**
- * MySQL and MariaDB through the mysql2 pool under a `mysql` or `mariadb`
- * DataSource.
+ * MySQL and MariaDB through a mysql2 pool: the application's own, or the
+ * one under a `mysql` or `mariadb` DataSource.
  *
  * - Acquisition starts, per scope, with the minimum insert (fresh keys) or a
  *   locking-free peek (replays); a record found stealable goes to one
  *   `INSERT … ON DUPLICATE KEY UPDATE` whose assignments steal only a
- *   stealable row. A `mariadb` DataSource on MariaDB 10.5+ has that statement
+ *   stealable row. A `mariadb` DataSource (or a mysql2 pool store) on MariaDB 10.5+ has that statement
  *   read the row back itself (RETURNING); otherwise the insert id says what
  *   happened and a second statement reads the row when it was left alone.
  * - Waiting duplicates on this instance are woken in process by complete and
@@ -140,15 +140,20 @@ export class MysqlDialect implements Dialect {
   /** Every statement's bound (`operationTimeoutMs`), one timer between them. */
   private readonly deadlines: Deadlines;
 
+  /**
+   * `type`: `mariadb` lets acquisitions use RETURNING when the server is
+   * MariaDB 10.5 or later; `database`: the one the connection settings name, if any.
+   */
   constructor(
     private readonly context: DialectContext,
+    private readonly connection: MysqlPoolConnection,
     private readonly type: 'mysql' | 'mariadb',
+    database: string | undefined,
     crossInstancePollMs = DEFAULT_CROSS_INSTANCE_POLL_MS,
   ) {
     this.productName = type === 'mariadb' ? 'MariaDB' : 'MySQL';
-    // Until `prepare` asks the server: the database the DataSource names, if any.
-    this.database =
-      context.schema ?? (context.dataSource.driver as { database?: string }).database ?? undefined;
+    // Until `prepare` asks the server: the database the connection settings name, if any.
+    this.database = context.schema ?? database ?? undefined;
     this.crossInstancePollMs = crossInstancePollMs;
     this.deadlines = new Deadlines(context.timeoutMs);
   }
@@ -178,7 +183,7 @@ export class MysqlDialect implements Dialect {
     const database = context.schema ?? server.db ?? undefined;
     if (!database) {
       throw new IdempotencyStoreSchemaError(
-        `TypeOrmIdempotencyStore: the ${this.productName} connection has no database; set one in the DataSource or pass { schema } (the database of the records table)`,
+        `${context.storeName}: the ${this.productName} connection has no database; set one in the connection settings or pass { schema } (the database of the records table)`,
       );
     }
     this.database = database;
@@ -218,6 +223,7 @@ export class MysqlDialect implements Dialect {
       columns,
       primaryKey.map((row) => row.column_name),
       engine?.engine ?? null,
+      context.migrations,
     );
     // A statement larger than max_allowed_packet fails and takes its connection with it:
     // refuse at startup a payload limit the server would refuse at the first large result.
@@ -225,7 +231,7 @@ export class MysqlDialect implements Dialect {
     const needed = context.maxPayloadBytes * (context.preparedStatements ? 1 : 2) + 64 * 1024;
     if (packet > 0 && needed > packet) {
       throw new IdempotencyStoreSchemaError(
-        `TypeOrmIdempotencyStore: maxPayloadBytes ${context.maxPayloadBytes} needs statements of up to ${needed} bytes, but ${this.productName}'s max_allowed_packet is ${packet}; raise max_allowed_packet or lower maxPayloadBytes`,
+        `${context.storeName}: maxPayloadBytes ${context.maxPayloadBytes} needs statements of up to ${needed} bytes, but ${this.productName}'s max_allowed_packet is ${packet}; raise max_allowed_packet or lower maxPayloadBytes`,
       );
     }
     this.poller?.close();
@@ -394,14 +400,13 @@ export class MysqlDialect implements Dialect {
     return true;
   }
 
-  async completeIn(runner: QueryRunner, lease: SqlLease, payload: StoredPayload): Promise<boolean> {
+  async completeIn(tx: SqlTransaction, lease: SqlLease, payload: StoredPayload): Promise<boolean> {
     const { id, leaseId, ttlMs } = lease;
-    const done = await runner.query(
+    const done = await tx(
       this.sql.complete.text,
       bind(this.sql.complete, { id, lease: leaseId, payload, ttlMs }),
-      true,
     );
-    return (done.affected ?? (done.raw as MysqlOk).affectedRows) > 0;
+    return done.affected > 0;
   }
 
   afterCommit(lease: SqlLease): void {
@@ -572,7 +577,7 @@ export class MysqlDialect implements Dialect {
   /**
    * `values` by name for a built statement, or in order for a `plain` one;
    * `logged`, what query logging shows in their place (or a function that
-   * makes it, called only when the DataSource's logger logs queries).
+   * makes it, called only when the query log logs queries).
    */
   private query<T>(
     operation: string,
@@ -580,7 +585,7 @@ export class MysqlDialect implements Dialect {
     values: Record<string, unknown> | unknown[],
     logged: Record<string, unknown> | unknown[] | (() => Record<string, unknown>) = values,
   ): Promise<T> {
-    return mysqlStoreQuery<T>(this.context.dataSource, this.deadlines, this.productName, {
+    return mysqlStoreQuery<T>(this.connection, this.deadlines, this.productName, {
       operation,
       text: statement.text,
       values: positional(statement, values),

@@ -1,10 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { Pool, QueryConfig, QueryResult } from 'pg';
-import type { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type { Deadlines } from '../bounded-query';
-import { logsQueries } from '../query-log';
-import { poolOf } from './pool';
+import type { PgConnection } from './pool';
 import { isUnavailable } from './unavailable';
 
 /**
@@ -24,7 +22,7 @@ export interface StoreQuery {
   /** Set: sent as this named prepared statement (parsed and planned once per connection). */
   name?: string;
   /**
-   * What the DataSource's logger is shown in place of `values`: keys, tenants
+   * What the query log is shown in place of `values`: keys, tenants
    * and payloads replaced, so query logging never prints a raw key, a tenant
    * or a stored body. Built only when a logger will see it.
    */
@@ -35,33 +33,27 @@ export interface StoreQuery {
 export type StoreResult<T> = Pick<QueryResult, 'rowCount'> & { rows: T[] };
 
 /**
- * One statement straight through the `pg` pool under the DataSource (never
- * `dataSource.query`, which would log the raw parameters), bounded by
- * `deadlines` (waiting for a pooled connection included). The statement is
- * still reported to the DataSource's logger, with `logged` as its parameters.
+ * One statement straight through the connection's `pg` pool (under a
+ * DataSource never `dataSource.query`, which would log the raw parameters),
+ * bounded by `deadlines` (waiting for a pooled connection included). The
+ * statement is still reported to the query log, with `logged` as its parameters.
  */
 export function storeQuery<T>(
-  dataSource: DataSource,
+  connection: PgConnection,
   deadlines: Deadlines,
   query: StoreQuery,
 ): Promise<StoreResult<T>> {
-  const logger = dataSource.logger;
-  if (logsQueries(logger)) logger.logQuery(query.text, query.logged());
-  const pool = poolOf(dataSource);
+  const log = connection.log;
+  if (log.logsQueries()) log.query(query.text, query.logged());
+  const pool = connection.pool();
   if (!pool) {
     return Promise.reject(
-      new IdempotencyStoreUnavailableError(
-        `${query.operation}: the DataSource is not initialized (destroyed while the application runs?)`,
-      ),
+      new IdempotencyStoreUnavailableError(`${query.operation}: ${connection.unready}`),
     );
   }
   return new Promise<StoreResult<T>>((resolve, reject) => {
     const fail = (error: unknown) => {
-      logger.logQueryError(
-        error instanceof Error ? error : String(error),
-        query.text,
-        query.logged(),
-      );
+      log.queryError(error instanceof Error ? error : String(error), query.text, query.logged());
       reject(error);
     };
     const deadline = deadlines.add(() =>

@@ -1,4 +1,5 @@
-import { AbstractLogger, type Logger } from 'typeorm';
+import { AbstractLogger, type DataSource, type Logger } from 'typeorm';
+import type { QueryLog } from '../sql/query-log';
 
 /**
  * Whether the DataSource's logger does anything with `logQuery`, so that the
@@ -16,16 +17,12 @@ export function logsQueries(logger: Logger): boolean {
   return true;
 }
 
-/** As ../../core/key.ts storedScope joins a scope and its tenant. */
-const TENANT_MARK = '#tenant:';
-
-/**
- * A stored scope as logs may show it: without the tenant a stored scope
- * carries (`storedScope(scope, tenant)`). Not even a digest of it: tenants are
- * often few and guessable, and the record's key digest (which covers the
- * tenant) already tells records apart.
- */
-export function loggedScope(stored: string): string {
-  const at = stored.indexOf(TENANT_MARK);
-  return at < 0 ? stored : `${stored.slice(0, at)}${TENANT_MARK}<redacted>`;
+/** The DataSource's logger as a dialect's query log. */
+export function typeormQueryLog(dataSource: DataSource): QueryLog {
+  return {
+    logsQueries: () => logsQueries(dataSource.logger),
+    query: (text, shown) => dataSource.logger.logQuery(text, shown),
+    queryError: (error, text, shown) => dataSource.logger.logQueryError(error, text, shown),
+    warn: (message) => dataSource.logger.log('warn', message),
+  };
 }

@@ -2,14 +2,14 @@ import type { DataSource } from 'typeorm';
 import { errorText } from '../../../core/error-text';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type { Deadlines } from '../bounded-query';
-import { logsQueries } from '../query-log';
+import type { QueryLog } from '../query-log';
 import { isMysqlUnavailable } from './unavailable';
 
 /*
  * The slice of mysql2's callback API the store uses, typed here so that the
  * library needs no mysql2 types (mysql2 is an optional peer, like pg).
  */
-type Callback<T> = (error: (Error & { fatal?: boolean }) | null, result?: T) => void;
+export type Callback<T> = (error: (Error & { fatal?: boolean }) | null, result?: T) => void;
 
 interface MysqlConnection {
   query(sql: string, values: unknown[], callback: Callback<unknown>): unknown;
@@ -48,9 +48,7 @@ export function matchedRows(ok: MysqlOk): number {
  * (TypeORM keeps it as the driver's `pool`, or the replication cluster's
  * MASTER); undefined before `initialize()` and after `destroy()`.
  */
-function connectorOf(
-  dataSource: DataSource,
-): ((callback: Callback<MysqlConnection>) => void) | undefined {
+export function connectorOf(dataSource: DataSource): MysqlConnector | undefined {
   const driver = dataSource.driver as unknown as {
     pool?: MysqlPool;
     poolCluster?: MysqlPoolCluster;
@@ -61,6 +59,37 @@ function connectorOf(
   return undefined;
 }
 
+/** Takes a connection from a pool, in mysql2's callback style. */
+export type MysqlConnector = (callback: Callback<MysqlConnection>) => void;
+
+/**
+ * The SQL connection a MySQL dialect runs on: a mysql2 pool (the
+ * application's own, or the one under a DataSource).
+ */
+export interface MysqlPoolConnection {
+  /** Takes a connection; undefined when none can be taken now (a DataSource not initialized). */
+  connector(): MysqlConnector | undefined;
+  /** Where statements are reported. */
+  readonly log: QueryLog;
+  /** Why `connector()` gave nothing, as an error says it. */
+  readonly unready: string;
+}
+
+/**
+ * The connector of an application's own mysql2 pool: the callback `Pool`
+ * (`mysql.createPool`) as it is, a `mysql2/promise` pool through the callback
+ * pool it wraps (its `pool`). Undefined for anything else.
+ */
+export function connectorOfPool(given: unknown): MysqlConnector | undefined {
+  const candidate = given as { pool?: unknown; getConnection?: unknown; promise?: unknown } | null;
+  if (!candidate || typeof candidate !== 'object') return undefined;
+  // The callback pool has promise() (its promise wrapper); the wrapper has pool (the callback one).
+  const core = (typeof candidate.promise === 'function' ? candidate : candidate.pool) as
+    MysqlPool | undefined;
+  if (!core || typeof core.getConnection !== 'function') return undefined;
+  return (callback) => core.getConnection(callback);
+}
+
 export interface MysqlStoreQuery {
   operation: string;
   text: string;
@@ -68,7 +97,7 @@ export interface MysqlStoreQuery {
   /** Sent as a prepared statement (mysql2 `execute`: parsed once per connection, values in binary). */
   prepared: boolean;
   /**
-   * What the DataSource's logger is shown in place of `values`: keys and
+   * What the query log is shown in place of `values`: keys and
    * payloads replaced, so query logging never prints a raw key or a stored
    * body. Called only for a logger that logs queries (or for an error).
    */
@@ -76,13 +105,13 @@ export interface MysqlStoreQuery {
 }
 
 /**
- * One statement straight through the mysql2 pool under the DataSource (never
+ * One statement straight through the mysql2 pool (under a DataSource never
  * `dataSource.query`, which would log the raw parameters), bounded by
  * `deadlines.timeoutMs` (waiting for a pooled connection and any deadlock
  * retries included): past it the call fails with
  * `IdempotencyStoreUnavailableError` and the connection it was running on is
  * destroyed (the server may still finish the statement). The statement is
- * reported to the DataSource's logger with `logged` as its parameters. An error
+ * reported to the query log with `logged` as its parameters. An error
  * that means the database cannot take work comes back as
  * `IdempotencyStoreUnavailableError` naming `product` and the operation; any
  * other as mysql2 raised it.
@@ -92,19 +121,17 @@ export interface MysqlStoreQuery {
  * hot path a microsecond or so.
  */
 export function mysqlStoreQuery<T>(
-  dataSource: DataSource,
+  pool: MysqlPoolConnection,
   deadlines: Deadlines,
   product: string,
   query: MysqlStoreQuery,
 ): Promise<T> {
-  const logger = dataSource.logger;
-  if (logsQueries(logger)) logger.logQuery(query.text, query.logged());
-  const connector = connectorOf(dataSource);
+  const log = pool.log;
+  if (log.logsQueries()) log.query(query.text, query.logged());
+  const connector = pool.connector();
   if (!connector) {
     return Promise.reject(
-      new IdempotencyStoreUnavailableError(
-        `${query.operation}: the DataSource is not initialized (destroyed while the application runs?)`,
-      ),
+      new IdempotencyStoreUnavailableError(`${query.operation}: ${pool.unready}`),
     );
   }
   return new Promise<T>((resolve, reject) => {
@@ -113,7 +140,7 @@ export function mysqlStoreQuery<T>(
     const report = (error: Error) => {
       reject(storeError(error, product, query.operation));
       try {
-        logger.logQueryError(error, query.text, query.logged());
+        log.queryError(error, query.text, query.logged());
       } catch {
         // A logger that throws must not take the call (or the shared deadline timer) with it.
       }
@@ -159,7 +186,7 @@ export function mysqlStoreQuery<T>(
           return;
         }
         running = connection;
-        hearErrors(connection, dataSource);
+        hearErrors(connection, log);
         let answered = false;
         const done: Callback<unknown> = (failure, result) => {
           // Once, whoever calls it: a second call would hand the connection back twice.
@@ -229,14 +256,12 @@ const HEARD = Symbol('nest-idempotency: error listener');
  * Gives a pooled connection the store's 'error' listener, once: unheard, an
  * 'error' event on an idle pooled connection would crash the process.
  */
-function hearErrors(connection: MysqlConnection, dataSource: DataSource): void {
+function hearErrors(connection: MysqlConnection, log: QueryLog): void {
   const marked = connection as MysqlConnection & { [HEARD]?: true };
   // Marked only once the listener is the store's own: someone else's may be removed later.
   if (marked[HEARD] || connection.listenerCount('error') > 0) return;
   marked[HEARD] = true;
-  connection.on('error', (failure) =>
-    dataSource.logger.log('warn', `MySQL connection raised an error. ${failure}`),
-  );
+  connection.on('error', (failure) => log.warn(`MySQL connection raised an error. ${failure}`));
 }
 
 /** An error the server sent in answer to a statement: mysql2 gives it a SQLSTATE and a numeric errno. */

@@ -1,4 +1,3 @@
-import type { QueryRunner } from 'typeorm';
 import { becomesAmbiguous, fingerprintsConflict, isStealable } from '../../../core/decide';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type {
@@ -18,6 +17,7 @@ import type {
   LookResult,
   RecordRef,
   SqlLease,
+  SqlTransaction,
 } from '../dialect';
 import { ambiguousLook } from '../dialect';
 import { Deadlines } from '../bounded-query';
@@ -25,7 +25,7 @@ import { AcquireOrder } from '../acquire-order';
 import { loggedScope } from '../query-log';
 import { channelFor, DEFAULT_TABLE, TableName } from '../table';
 import { PgNotificationListener } from './listener';
-import { poolOf } from './pool';
+import type { PgConnection } from './pool';
 import { preparedName, storeQuery, StoreResult } from './query';
 import { assertTableShape, ColumnRow, COLUMNS_QUERY, PRIMARY_KEY_QUERY, schemaSql } from './schema';
 import { buildStatements, HOT_STATEMENTS, Statements } from './statements';
@@ -72,7 +72,7 @@ interface AmbiguousRow {
 }
 
 /**
- * PostgreSQL through the `pg` pool under the DataSource: small single-purpose
+ * PostgreSQL through a `pg` pool (see ./pool.ts): small single-purpose
  * statements (./statements.ts) as named prepared statements on the hot path,
  * chosen per call, and LISTEN/NOTIFY (./listener.ts) to wake duplicates on
  * every instance.
@@ -132,7 +132,10 @@ export class PostgresDialect implements Dialect {
   private readonly order = new AcquireOrder();
   private listener?: PgNotificationListener;
 
-  constructor(private readonly context: DialectContext) {
+  constructor(
+    private readonly context: DialectContext,
+    private readonly connection: PgConnection,
+  ) {
     this.tableName = { schema: context.schema ?? DEFAULT_TABLE.schema, table: context.table };
     this.sql = buildStatements(this.tableName);
     if (context.preparedStatements) {
@@ -169,8 +172,10 @@ export class PostgresDialect implements Dialect {
       this.tableName,
       columns,
       primaryKey.map((r) => r.column_name),
+      this.context.migrations,
     );
-    const pool = poolOf(this.context.dataSource)!;
+    const pool = this.connection.pool();
+    if (!pool) throw new IdempotencyStoreUnavailableError(`prepare: ${this.connection.unready}`);
     this.listener = new PgNotificationListener(
       pool,
       this.channel,
@@ -332,14 +337,14 @@ export class PostgresDialect implements Dialect {
     return true;
   }
 
-  async completeIn(runner: QueryRunner, lease: SqlLease, payload: StoredPayload): Promise<boolean> {
+  async completeIn(tx: SqlTransaction, lease: SqlLease, payload: StoredPayload): Promise<boolean> {
     const { id, idHex, leaseId, ttlMs } = lease;
-    const done = await runner.query(this.sql.complete, [id, leaseId, payload, ttlMs], true);
-    const rows = done.records as { watched: boolean }[];
+    const done = await tx(this.sql.complete, [id, leaseId, payload, ttlMs]);
+    const rows = done.rows as { watched: boolean }[];
     if (rows.length === 0) return false;
     // Part of the caller's transaction: PostgreSQL delivers it when that commits. (Not
     // this.sql.notify, whose synchronous_commit setting would apply to the whole transaction.)
-    if (rows[0].watched) await runner.query('SELECT pg_notify($1, $2)', [this.channel, idHex]);
+    if (rows[0].watched) await tx('SELECT pg_notify($1, $2)', [this.channel, idHex]);
     return true;
   }
 
@@ -493,7 +498,7 @@ export class PostgresDialect implements Dialect {
     logged: () => unknown[],
   ): Promise<StoreResult<T>> {
     try {
-      return await storeQuery<T>(this.context.dataSource, this.deadlines, {
+      return await storeQuery<T>(this.connection, this.deadlines, {
         operation,
         text,
         values,

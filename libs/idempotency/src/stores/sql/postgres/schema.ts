@@ -151,11 +151,12 @@ export function assertTableShape(
   name: TableName,
   columns: ColumnRow[],
   primaryKey: string[],
+  migrations = 'createIdempotencyMigrations()',
 ): void {
   const where = `${name.schema}.${name.table}`;
   if (columns.length === 0) {
     throw new IdempotencyStoreSchemaError(
-      `table ${where} does not exist; run the nest-idempotency migrations (createIdempotencyMigrations()) or pass { ensureSchema: true } in development`,
+      `table ${where} does not exist; run the nest-idempotency migrations (${migrations}) or pass { ensureSchema: true } in development`,
     );
   }
   const actual = new Map(columns.map((c) => [c.column_name, c.data_type]));
@@ -174,7 +175,7 @@ export function assertTableShape(
     throw new IdempotencyStoreSchemaError(
       `table ${where} has the wrong shape: ${problems.join('; ')}` +
         (outdated
-          ? '; it was made by nest-idempotency 0.1: run the upgrade migration (createIdempotencyMigrations() includes it)'
+          ? `; it was made by nest-idempotency 0.1: run the upgrade migration (${migrations} includes it)`
           : beforeStrict
             ? PREDATES_STRICT_MODE
             : ''),

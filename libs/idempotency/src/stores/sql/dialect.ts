@@ -1,4 +1,3 @@
-import type { DataSource, QueryRunner } from 'typeorm';
 import type { IdempotencyLogger } from '../../core/logger';
 import type {
   AcquireRequest,
@@ -15,11 +14,12 @@ import type { WaiterRegistry } from '../../core/waiters';
 import type { TableName } from './table';
 
 /**
- * What the TypeORM store asks of a database: one implementation per SQL
- * dialect (./postgres/dialect.ts, ./mysql/dialect.ts), each holding its own
- * statements, schema, query path, error mapping and wake-up mechanism. The
- * store itself (./typeorm.store.ts) keeps what every dialect shares: hashing
- * the record id, handing out leases, the wait loop, payload limits and the
+ * What the SQL stores ask of a database: one implementation per SQL dialect
+ * (./postgres/dialect.ts, ./mysql/dialect.ts), each holding its own
+ * statements, schema, query path, error mapping and wake-up mechanism, on a
+ * driver pool (the application's own, or the one under a TypeORM DataSource).
+ * The store (./sql.store.ts) keeps what every dialect shares: hashing the
+ * record id, handing out leases, the wait loop, payload limits and the
  * lease-lost errors.
  */
 export interface Dialect {
@@ -58,7 +58,7 @@ export interface Dialect {
    * caller's open transaction on `runner` (false when not IN_PROGRESS under
    * the lease). A waiter elsewhere wakes when that transaction commits.
    */
-  completeIn(runner: QueryRunner, lease: SqlLease, payload: StoredPayload): Promise<boolean>;
+  completeIn(tx: SqlTransaction, lease: SqlLease, payload: StoredPayload): Promise<boolean>;
   /** After the transaction that ran `completeIn` committed: wakes this instance's waiters. */
   afterCommit(lease: SqlLease): void;
   extend(lease: SqlLease): Promise<boolean>;
@@ -115,9 +115,23 @@ export interface AcquireAttempt {
   end(): void;
 }
 
-/** What a dialect is built with: the store's DataSource and its resolved options. */
+/**
+ * A statement inside the caller's open transaction (`completion:
+ * 'transaction'`): the rows it returned and the rows it wrote. Each front
+ * makes one from its own transaction handle (a TypeORM QueryRunner, a `pg`
+ * client).
+ */
+export type SqlTransaction = (
+  text: string,
+  values: unknown[],
+) => Promise<{ rows: unknown[]; affected: number }>;
+
+/** What a dialect is built with: the store's resolved options (its connection comes apart). */
 export interface DialectContext {
-  readonly dataSource: DataSource;
+  /** The store's class, as its errors name it. */
+  readonly storeName: string;
+  /** How the front's users run the migrations, as errors name it (`createIdempotencyMigrations()`). */
+  readonly migrations: string;
   /** As given: a dialect applies its own defaults (PostgreSQL `public`, MySQL the connection's database). */
   readonly schema: string | undefined;
   readonly table: string;

@@ -1,0 +1,6 @@
+'use strict';
+// `require('nest-idempotency/pg')`: see load.js.
+module.exports = require('./load.js')(
+  () => require('../dist/esm/pg.js'),
+  () => require('../dist/pg.js'),
+);
