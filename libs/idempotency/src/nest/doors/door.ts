@@ -15,6 +15,7 @@ import type { KeySource } from '../config/handler-options';
 import { evaluateKey } from '../config/key-resolver';
 import type { ModuleSettings } from '../config/module-settings';
 import { handleNext, HandlerEntry } from './handler-entry';
+import { storedValue } from './stored-value';
 import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
 
 /** What a door adds to the handler's chain: how its result is captured, and what runs around it. */
@@ -70,6 +71,21 @@ export abstract class Door {
     return this.engine.perform(plan.policy, request, work);
   }
 
+  /** The lifecycle for a handler whose answer is a value, stored as JSON (a reply, an acknowledgement). */
+  protected performValue(
+    plan: HandlerPlan,
+    identity: CallIdentity,
+    next: CallHandler,
+  ): Promise<CallOutcome<unknown>> {
+    return this.perform(
+      plan,
+      identity,
+      this.work(next, plan, {
+        capture: (value) => ({ kind: 'stored', payload: storedValue(value, this.settings) }),
+      }),
+    );
+  }
+
   /**
    * The handler's chain (pipes, inner interceptors, the handler) as the
    * lifecycle's work: strict mode learns whether the handler's own body
@@ -84,11 +100,20 @@ export abstract class Door {
       entered: () => entry?.entered ?? true,
       returned: door.returned,
       capture: door.capture,
-      transaction:
-        plan.completion === 'transaction'
-          ? this.transactions!.runnerFor(this.engine.store)
-          : undefined,
+      transaction: this.transactions!.runnerForPlan(plan, this.engine.store),
     };
+  }
+
+  /** The identity of a call keyed from `source` by the plan's key expression or function. */
+  protected identityFrom(
+    plan: HandlerPlan,
+    source: KeySource,
+    context: ExecutionContext,
+    fingerprint: () => string | null,
+  ): CallIdentity {
+    const found = keyFromSource(plan, source);
+    if ('refused' in found) return found.refused;
+    return this.identity(context, found.key, fingerprint, undefined);
   }
 
   /** The identity of a call whose key is `key` (absent when undefined), with its tenant. */

@@ -6,9 +6,10 @@ import { toPlain } from '../plain-value';
 
 /**
  * A handler's return value as stored, for the doors whose answer is a value
- * (a gateway's acknowledgement, a command's result): JSON, class instances
- * made plain as class-transformer makes them; `sanitize` sees a copy, as it
- * does a message handler's (`kind: 'rpc'`).
+ * (a message handler's reply, a gateway's acknowledgement, a command's or a
+ * job's result): JSON, class instances made plain as class-transformer
+ * makes them (so fields it excludes are never stored); `sanitize` sees a
+ * copy, as `kind: 'rpc'`.
  */
 export function storedValue(value: unknown, settings: ModuleSettings): StoredPayload {
   const plain = toPlain(value);

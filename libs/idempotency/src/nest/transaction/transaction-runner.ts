@@ -33,6 +33,14 @@ export class IdempotencyTransactionRunner implements OnModuleInit {
     return this.host !== undefined;
   }
 
+  /** Where a handler's calls complete: in a transaction for `completion: 'transaction'`, else not. */
+  runnerForPlan(
+    plan: { completion: 'separate' | 'transaction' },
+    store: IdempotencyStore,
+  ): TransactionRunner | undefined {
+    return plan.completion === 'transaction' ? this.runnerFor(store) : undefined;
+  }
+
   runnerFor(store: IdempotencyStore): TransactionRunner {
     const host = this.host;
     if (host) {

@@ -4,8 +4,7 @@ import type { Refusal } from '../../../core/refusal';
 import type { GatewayKeySource } from '../../config/handler-options';
 import type { HandlerPlan } from '../../config/handler-plan';
 import { replayedValue } from '../../replayed-value';
-import { Door, keyFromSource } from '../door';
-import { storedValue } from '../stored-value';
+import { Door } from '../door';
 import { wsException } from './ws-exceptions';
 
 /**
@@ -27,13 +26,7 @@ export class GatewayDoor extends Door {
       data: context.switchToWs().getData(),
       context,
     };
-    const outcome = await this.perform(
-      plan,
-      this.identify(plan, source, context),
-      this.work(next, plan, {
-        capture: (value) => ({ kind: 'stored', payload: storedValue(value, this.settings) }),
-      }),
-    );
+    const outcome = await this.performValue(plan, this.identify(plan, source, context), next);
     switch (outcome.kind) {
       case 'replayed': {
         const replayed = replayedValue(outcome.payload, plan);
@@ -60,14 +53,12 @@ export class GatewayDoor extends Door {
     source: GatewayKeySource,
     context: ExecutionContext,
   ): CallIdentity {
-    const found = keyFromSource(plan, source);
-    if ('refused' in found) return found.refused;
-    const fingerprint =
-      typeof plan.fingerprint === 'function'
-        ? () =>
-            (plan.fingerprint as (source: GatewayKeySource) => string | undefined)(source) ?? null
-        : () => null;
-    return this.identity(context, found.key, fingerprint, undefined);
+    const fingerprint = plan.fingerprint;
+    return this.identityFrom(plan, source, context, () =>
+      typeof fingerprint === 'function'
+        ? ((fingerprint as (source: GatewayKeySource) => string | undefined)(source) ?? null)
+        : null,
+    );
   }
 
   /** A refusal as the gateway's client sees it: the `exception` event, with its code. */

@@ -3,16 +3,14 @@ import { IdempotencyError, IdempotencyStoreUnavailableError } from '../../../cor
 import type { IdempotencyLogger } from '../../../core/logger';
 import type { CallIdentity, CallOutcome } from '../../../core/lifecycle';
 import { optionalPeer } from '../../../core/optional-peer';
-import { encodeValue } from '../../../core/payload';
 import type { Refusal } from '../../../core/refusal';
 import type { HandlerPlan } from '../../config/handler-plan';
 import type { JobKeySource } from '../../config/handler-options';
 import type { ModuleSettings } from '../../config/module-settings';
-import type { StoredRpcResult } from '../../config/idempotency.options';
-import { toPlain } from '../../plain-value';
 import { replayedValue } from '../../replayed-value';
 import type { IdempotencyTransactionRunner } from '../../transaction/transaction-runner';
 import { keyFromSource } from '../door';
+import { storedValue } from '../stored-value';
 import type { ProviderMethodRunner } from '../provider-methods/provider-method.registry';
 
 /** The part of a BullMQ `Job` this door uses. */
@@ -67,11 +65,8 @@ export class JobDoor {
       { identity: this.identify(plan, job), required: plan.required, observe: plan.observe },
       {
         invoke,
-        capture: (value) => ({ kind: 'stored', payload: this.encode(value) }),
-        transaction:
-          plan.completion === 'transaction'
-            ? this.transactions.runnerFor(this.engine.store)
-            : undefined,
+        capture: (value) => ({ kind: 'stored', payload: storedValue(value, this.settings) }),
+        transaction: this.transactions.runnerForPlan(plan, this.engine.store),
       },
     );
     switch (outcome.kind) {
@@ -171,16 +166,5 @@ export class JobDoor {
     const error = new UnrecoverableError(message);
     if (cause !== undefined) Object.defineProperty(error, 'cause', { value: cause });
     return error;
-  }
-
-  /** The returned value as stored: JSON (class instances made plain); `sanitize` sees a copy. */
-  private encode(value: unknown) {
-    const plain = toPlain(value);
-    if (!this.settings.options.sanitize) return encodeValue(plain);
-    const copy: StoredRpcResult = {
-      kind: 'rpc',
-      value: plain === undefined ? undefined : JSON.parse(JSON.stringify(plain) ?? 'null'),
-    };
-    return encodeValue((this.settings.options.sanitize(copy) as StoredRpcResult).value);
   }
 }

@@ -1,18 +1,14 @@
 import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import type { CallIdentity } from '../../../core/lifecycle';
-import { encodeValue } from '../../../core/payload';
 import type { Refusal } from '../../../core/refusal';
-import type { StoredPayload } from '../../../core/store';
 import type { HandlerPlan } from '../../config/handler-plan';
 import type { RpcKeySource } from '../../config/handler-options';
-import type { StoredRpcResult } from '../../config/idempotency.options';
-import { toPlain } from '../../plain-value';
 import { replayedValue } from '../../replayed-value';
 import { messageView } from './message-view';
 import { microservices } from './microservices';
 import { consumerNoAck, settleDelivery } from './rmq-settlement';
 import { RpcExceptions, rpcExceptions } from './rpc-exceptions';
-import { Door, keyFromSource } from '../door';
+import { Door } from '../door';
 
 /**
  * Message handlers (`@MessagePattern`, `@EventPattern`): the key from the
@@ -31,13 +27,7 @@ export class MessageDoor extends Door {
   ): Promise<unknown> {
     this.checkNoAck(context, plan);
     const source = this.keySource(context);
-    const outcome = await this.perform(
-      plan,
-      this.identify(plan, source, context),
-      this.work(next, plan, {
-        capture: (value) => ({ kind: 'stored', payload: this.encode(value) }),
-      }),
-    );
+    const outcome = await this.performValue(plan, this.identify(plan, source, context), next);
     switch (outcome.kind) {
       case 'replayed': {
         settleDelivery(context, plan.rmq!, 'replayed');
@@ -77,9 +67,7 @@ export class MessageDoor extends Door {
     source: RpcKeySource,
     context: ExecutionContext,
   ): CallIdentity {
-    const found = keyFromSource(plan, source);
-    if ('refused' in found) return found.refused;
-    return this.identity(context, found.key, () => this.fingerprintOf(plan, source), undefined);
+    return this.identityFrom(plan, source, context, () => this.fingerprintOf(plan, source));
   }
 
   /** The handler's fingerprint of the message: none unless it sets a function. */
@@ -152,21 +140,6 @@ export class MessageDoor extends Door {
       case 'idempotency-body-unreadable':
         return this.reject(context, plan, 'idempotency-key-invalid', refusal.detail);
     }
-  }
-
-  /**
-   * The handler's value as stored: JSON (class instances as class-transformer
-   * makes them plain, when it is installed, as ClassSerializerInterceptor
-   * would, so fields it excludes are never stored). `sanitize` sees a copy.
-   */
-  private encode(value: unknown): StoredPayload {
-    const plain = toPlain(value);
-    if (!this.settings.options.sanitize) return encodeValue(plain);
-    const copy: StoredRpcResult = {
-      kind: 'rpc',
-      value: plain === undefined ? undefined : JSON.parse(JSON.stringify(plain) ?? 'null'),
-    };
-    return encodeValue((this.settings.options.sanitize(copy) as StoredRpcResult).value);
   }
 
   /**

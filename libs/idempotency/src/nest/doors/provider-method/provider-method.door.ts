@@ -74,10 +74,7 @@ export class ProviderMethodDoor {
     const work: CallWork<unknown> = {
       invoke,
       capture: (value) => ({ kind: 'stored', payload: storedValue(value, this.settings) }),
-      transaction:
-        plan.completion === 'transaction'
-          ? this.transactions!.runnerFor(this.engine.store)
-          : undefined,
+      transaction: this.transactions!.runnerForPlan(plan, this.engine.store),
     };
     const outcome = await this.engine.perform(
       plan.policy,

@@ -51,10 +51,7 @@ export class TickDoor {
           invoke: () => Promise.resolve(original.apply(instance, args)),
           // A tick's value goes nowhere: the record says only that the tick ran.
           capture: () => ({ kind: 'stored', payload: encodeValue(undefined) }),
-          transaction:
-            plan.completion === 'transaction'
-              ? this.transactions.runnerFor(this.engine.store)
-              : undefined,
+          transaction: this.transactions.runnerForPlan(plan, this.engine.store),
         },
       );
       switch (outcome.kind) {
