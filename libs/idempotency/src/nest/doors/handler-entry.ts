@@ -2,6 +2,7 @@ import type { CallHandler } from '@nestjs/common';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { lastValueFrom } from 'rxjs';
 import { NEST_METADATA } from '../nest-metadata';
+import { AnyFunction, forEachMethod, standIn } from './method-wrap';
 
 /**
  * Strict mode has to tell "the handler threw" (it may have had effects: the
@@ -54,21 +55,10 @@ export function MarkHandlerEntry(): ClassDecorator & MethodDecorator {
 /** Class-level `@Idempotent`: each route, message, gateway or resolver handler, inherited ones included. */
 function wrapHandlersOf(classRef: { prototype: object }): void {
   const prototype = classRef.prototype as Record<string | symbol, unknown>;
-  const seen = new Set<string | symbol>();
-  for (
-    let level: object | null = prototype;
-    level && level !== Object.prototype;
-    level = Object.getPrototypeOf(level)
-  ) {
-    for (const name of Object.getOwnPropertyNames(level)) {
-      if (name === 'constructor' || seen.has(name)) continue;
-      seen.add(name);
-      const descriptor = Object.getOwnPropertyDescriptor(level, name);
-      const method = descriptor?.value as unknown;
-      if (typeof method !== 'function' || !isHandler(method)) continue;
-      Object.defineProperty(prototype, name, { ...descriptor, value: wrap(method as AnyFunction) });
-    }
-  }
+  forEachMethod(classRef, (name, method, descriptor) => {
+    if (!isHandler(method)) return;
+    Object.defineProperty(prototype, name, { ...descriptor, value: wrap(method) });
+  });
 }
 
 function isHandler(method: object): boolean {
@@ -80,8 +70,6 @@ function isHandler(method: object): boolean {
   );
 }
 
-type AnyFunction = (this: unknown, ...args: unknown[]) => unknown;
-
 function wrap(original: AnyFunction): AnyFunction {
   if ((original as unknown as Record<symbol, unknown>)[WRAPPED]) return original;
   const wrapper = function (this: unknown, ...args: unknown[]): unknown {
@@ -89,11 +77,5 @@ function wrap(original: AnyFunction): AnyFunction {
     if (entry !== undefined) entry.entered = true;
     return original.apply(this, args);
   };
-  for (const key of Reflect.getOwnMetadataKeys(original)) {
-    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, original), wrapper);
-  }
-  Object.defineProperty(wrapper, 'name', { value: original.name });
-  Object.defineProperty(wrapper, 'length', { value: original.length });
-  Object.defineProperty(wrapper, WRAPPED, { value: original });
-  return wrapper;
+  return standIn(wrapper, original, WRAPPED);
 }

@@ -1,4 +1,5 @@
 import { NEST_METADATA, SCHEDULER_TYPE } from '../../nest-metadata';
+import { AnyFunction, forEachMethod, standIn } from '../method-wrap';
 
 /**
  * Nest runs no interceptor on a BullMQ processor's `process` or a `@Cron`
@@ -12,8 +13,6 @@ import { NEST_METADATA, SCHEDULER_TYPE } from '../../nest-metadata';
  * started first) waits for it.
  */
 export type ProviderMethodRunner = (args: unknown[]) => Promise<unknown>;
-
-type AnyFunction = (this: unknown, ...args: unknown[]) => unknown;
 
 const runners = new WeakMap<object, Map<string | symbol, ProviderMethodRunner>>();
 const waiting = new WeakMap<object, Map<string | symbol, () => void>>();
@@ -51,13 +50,7 @@ export function wrapProviderMethod(original: AnyFunction, name: string | symbol)
     if (!isJobOrTick(wrapper, instance, name)) return original.apply(instance, args);
     return boundFor(instance, name).then(() => runners.get(instance)!.get(name)!(args));
   };
-  for (const key of Reflect.getOwnMetadataKeys(original)) {
-    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, original), wrapper);
-  }
-  Object.defineProperty(wrapper, 'name', { value: original.name });
-  Object.defineProperty(wrapper, 'length', { value: original.length });
-  Object.defineProperty(wrapper, WRAPPED, { value: original });
-  return wrapper;
+  return standIn(wrapper, original, WRAPPED);
 }
 
 /** The method the wrapper stands for. */
@@ -68,26 +61,14 @@ export function originalOf(method: AnyFunction): AnyFunction {
 /** Class-level `@Idempotent`: a processor's `process` and every `@Cron` method, inherited ones included. */
 export function wrapProviderMethodsOf(classRef: { prototype: object }): void {
   const prototype = classRef.prototype as Record<string | symbol, unknown>;
-  const seen = new Set<string>();
-  for (
-    let level: object | null = prototype;
-    level && level !== Object.prototype;
-    level = Object.getPrototypeOf(level)
-  ) {
-    for (const name of Object.getOwnPropertyNames(level)) {
-      if (name === 'constructor' || seen.has(name)) continue;
-      seen.add(name);
-      const descriptor = Object.getOwnPropertyDescriptor(level, name);
-      const method = descriptor?.value as unknown;
-      if (typeof method !== 'function') continue;
-      const cron = Reflect.getMetadata(NEST_METADATA.schedulerType, method) === SCHEDULER_TYPE.cron;
-      if (name !== 'process' && !cron) continue;
-      Object.defineProperty(prototype, name, {
-        ...descriptor,
-        value: wrapProviderMethod(method as AnyFunction, name),
-      });
-    }
-  }
+  forEachMethod(classRef, (name, method, descriptor) => {
+    const cron = Reflect.getMetadata(NEST_METADATA.schedulerType, method) === SCHEDULER_TYPE.cron;
+    if (name !== 'process' && !cron) return;
+    Object.defineProperty(prototype, name, {
+      ...descriptor,
+      value: wrapProviderMethod(method, name),
+    });
+  });
 }
 
 function isJobOrTick(method: object, instance: object, name: string | symbol): boolean {

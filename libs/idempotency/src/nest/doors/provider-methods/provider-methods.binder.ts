@@ -8,6 +8,7 @@ import type { IdempotentOptions } from '../../config/handler-options';
 import { MODULE_SETTINGS } from '../../config/module-settings.provider';
 import type { ModuleSettings } from '../../config/module-settings';
 import type { ScopeClaim } from '../../config/shared-scopes';
+import { forEachMethod } from '../method-wrap';
 import { IdempotentMetadata } from '../../idempotent.metadata';
 import { NEST_METADATA, SCHEDULER_TYPE } from '../../nest-metadata';
 import { IdempotencyTransactionRunner } from '../../transaction/transaction-runner';
@@ -162,18 +163,6 @@ function requirePeer(name: 'bullmq' | 'cron', where: string, what: string): void
 /** The class's methods by name, inherited ones included (the nearest definition wins). */
 function methodsOf(classRef: ClassRef): [string, object][] {
   const out: [string, object][] = [];
-  const seen = new Set<string>();
-  for (
-    let level: object | null = classRef.prototype;
-    level && level !== Object.prototype;
-    level = Object.getPrototypeOf(level)
-  ) {
-    for (const name of Object.getOwnPropertyNames(level)) {
-      if (name === 'constructor' || seen.has(name)) continue;
-      seen.add(name);
-      const value = Object.getOwnPropertyDescriptor(level, name)?.value as unknown;
-      if (typeof value === 'function') out.push([name, value]);
-    }
-  }
+  forEachMethod(classRef, (name, method) => out.push([name, method]));
   return out;
 }
