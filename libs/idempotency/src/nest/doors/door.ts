@@ -16,7 +16,10 @@ import { evaluateKey } from '../config/key-resolver';
 import type { ModuleSettings } from '../config/module-settings';
 import { handleNext, HandlerEntry } from './handler-entry';
 import { storedValue } from './stored-value';
-import type { IdempotencyTransactionRunner } from '../transaction/transaction-runner';
+import {
+  type IdempotencyTransactionRunner,
+  transactionFor,
+} from '../transaction/transaction-runner';
 
 /** What a door adds to the handler's chain: how its result is captured, and what runs around it. */
 export interface DoorCapture {
@@ -100,7 +103,7 @@ export abstract class Door {
       entered: () => entry?.entered ?? true,
       returned: door.returned,
       capture: door.capture,
-      transaction: this.transactions!.runnerForPlan(plan, this.engine.store),
+      transaction: transactionFor(plan, this.transactions, this.engine.store),
     };
   }
 

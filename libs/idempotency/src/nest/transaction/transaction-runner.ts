@@ -33,14 +33,6 @@ export class IdempotencyTransactionRunner implements OnModuleInit {
     return this.host !== undefined;
   }
 
-  /** Where a handler's calls complete: in a transaction for `completion: 'transaction'`, else not. */
-  runnerForPlan(
-    plan: { completion: 'separate' | 'transaction' },
-    store: IdempotencyStore,
-  ): TransactionRunner | undefined {
-    return plan.completion === 'transaction' ? this.runnerFor(store) : undefined;
-  }
-
   runnerFor(store: IdempotencyStore): TransactionRunner {
     const host = this.host;
     if (host) {
@@ -71,4 +63,19 @@ export class IdempotencyTransactionRunner implements OnModuleInit {
       return undefined; // installed, but no ClsPluginTransactional in this application
     }
   }
+}
+
+/** Where a handler's calls complete: in a transaction for `completion: 'transaction'`, else not. */
+export function transactionFor(
+  plan: { where: string; completion: 'separate' | 'transaction' },
+  transactions: IdempotencyTransactionRunner | undefined,
+  store: IdempotencyStore,
+): TransactionRunner | undefined {
+  if (plan.completion !== 'transaction') return undefined;
+  if (!transactions) {
+    throw new IdempotencyConfigError(
+      `${plan.where}: completion: 'transaction' needs IdempotencyModule's transaction runner`,
+    );
+  }
+  return transactions.runnerFor(store);
 }

@@ -8,7 +8,10 @@ import type { HandlerPlan } from '../../config/handler-plan';
 import type { JobKeySource } from '../../config/handler-options';
 import type { ModuleSettings } from '../../config/module-settings';
 import { replayedValue } from '../../replayed-value';
-import type { IdempotencyTransactionRunner } from '../../transaction/transaction-runner';
+import {
+  type IdempotencyTransactionRunner,
+  transactionFor,
+} from '../../transaction/transaction-runner';
 import { keyFromSource } from '../door';
 import { storedValue } from '../stored-value';
 import type { ProviderMethodRunner } from '../provider-methods/provider-method.registry';
@@ -66,7 +69,7 @@ export class JobDoor {
       {
         invoke,
         capture: (value) => ({ kind: 'stored', payload: storedValue(value, this.settings) }),
-        transaction: this.transactions.runnerForPlan(plan, this.engine.store),
+        transaction: transactionFor(plan, this.transactions, this.engine.store),
       },
     );
     switch (outcome.kind) {

@@ -6,7 +6,10 @@ import type { KeySource } from '../../config/handler-options';
 import type { HandlerPlan } from '../../config/handler-plan';
 import type { ModuleSettings } from '../../config/module-settings';
 import { replayedValue } from '../../replayed-value';
-import type { IdempotencyTransactionRunner } from '../../transaction/transaction-runner';
+import {
+  type IdempotencyTransactionRunner,
+  transactionFor,
+} from '../../transaction/transaction-runner';
 import { keyFromSource } from '../door';
 import { storedValue } from '../stored-value';
 import { refusalError } from './refusal-error';
@@ -74,7 +77,7 @@ export class ProviderMethodDoor {
     const work: CallWork<unknown> = {
       invoke,
       capture: (value) => ({ kind: 'stored', payload: storedValue(value, this.settings) }),
-      transaction: this.transactions!.runnerForPlan(plan, this.engine.store),
+      transaction: transactionFor(plan, this.transactions, this.engine.store),
     };
     const outcome = await this.engine.perform(
       plan.policy,

@@ -2,7 +2,10 @@ import type { IdempotencyEngine } from '../../../core/engine';
 import type { IdempotencyLogger } from '../../../core/logger';
 import { encodeValue } from '../../../core/payload';
 import type { HandlerPlan } from '../../config/handler-plan';
-import type { IdempotencyTransactionRunner } from '../../transaction/transaction-runner';
+import {
+  type IdempotencyTransactionRunner,
+  transactionFor,
+} from '../../transaction/transaction-runner';
 import type { ProviderMethodRunner } from '../provider-methods/provider-method.registry';
 import type { CronSchedule } from './cron-schedule';
 
@@ -51,7 +54,7 @@ export class TickDoor {
           invoke: () => Promise.resolve(original.apply(instance, args)),
           // A tick's value goes nowhere: the record says only that the tick ran.
           capture: () => ({ kind: 'stored', payload: encodeValue(undefined) }),
-          transaction: this.transactions.runnerForPlan(plan, this.engine.store),
+          transaction: transactionFor(plan, this.transactions, this.engine.store),
         },
       );
       switch (outcome.kind) {
