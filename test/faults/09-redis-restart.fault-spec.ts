@@ -4,7 +4,8 @@
  * server is a private one this spec starts from the redis-server binary, never
  * the machine's. Run twice: without persistence (the test servers' and this
  * machine's setting), where a restart loses every record, and with AOF
- * `appendfsync always`, where nothing acknowledged is lost.
+ * `appendfsync always`, where nothing acknowledged is lost; each on both
+ * clients the store takes (node-redis and ioredis).
  *
  * Both runs: callers (engine in this process, a Nest app in a child) are
  * refused promptly while Redis is down (unavailable / 503, within
@@ -23,7 +24,7 @@ import { describeIfRedis, scratchPrefix } from '../support/redis';
 import { freePort, hasRedisBinaries, RedisServer, startRedisServer } from '../support/redis-server';
 import { recordResult, stopAllChildren } from './support/harness';
 import { RestartFigures, runRestartScenario } from './support/restart-scenario';
-import { createExecutionsTable } from './support/stores';
+import { createExecutionsTable, RedisClientName } from './support/stores';
 
 const OP_TIMEOUT_MS = 1000;
 const REFUSAL_BOUND_MS = OP_TIMEOUT_MS + 1500;
@@ -63,13 +64,13 @@ class RestartableRedis {
   }
 }
 
-const MODES = [
-  { name: 'no persistence', args: [], durable: false },
-  {
-    name: 'AOF appendfsync always',
-    args: ['--appendonly', 'yes', '--appendfsync', 'always'],
-    durable: true,
-  },
+const AOF_ALWAYS = ['--appendonly', 'yes', '--appendfsync', 'always'];
+/** Each persistence setting on node-redis, and again on ioredis (the store's other client). */
+const MODES: Array<{ name: string; args: string[]; durable: boolean; client: RedisClientName }> = [
+  { name: 'no persistence', args: [], durable: false, client: 'node-redis' },
+  { name: 'AOF appendfsync always', args: AOF_ALWAYS, durable: true, client: 'node-redis' },
+  { name: 'ioredis, no persistence', args: [], durable: false, client: 'ioredis' },
+  { name: 'ioredis, AOF appendfsync always', args: AOF_ALWAYS, durable: true, client: 'ioredis' },
 ];
 
 describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
@@ -109,6 +110,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
               url: redis.url,
               prefix: scratchPrefix('fault9'),
               operationTimeoutMs: OP_TIMEOUT_MS,
+              client: mode.client,
             },
             durable: mode.durable,
             pg,
@@ -131,7 +133,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         `${f.completionRetries}x, Redis back in ${f.restartMs} ms, recovered in ${f.maxRecoveryMs} ms`;
       recordResult({
         case: 9,
-        title: 'Redis restarted (no persistence; AOF always)',
+        title: 'Redis restarted (no persistence; AOF always; node-redis and ioredis)',
         executionsExpected: sum((f) => f.executionsExpected),
         executionsObserved: sum((f) => f.executionsObserved),
         recordsLost: sum((f) => f.recordsLost),

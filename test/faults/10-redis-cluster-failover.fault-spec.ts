@@ -1,8 +1,10 @@
 /**
  * Case 10: a Redis Cluster (three masters, one replica each, private servers
  * this spec starts, cluster-node-timeout 1000 ms) loses a master to SIGKILL
- * under traffic; its replica is promoted and traffic goes on. Run twice: with
- * the store's defaults, and with `waitForReplicas: { replicas: 1, timeoutMs: 500 }`.
+ * under traffic; its replica is promoted and traffic goes on. Run three
+ * times: with the store's defaults, with `waitForReplicas: { replicas: 1,
+ * timeoutMs: 500 }` (both on node-redis), and with the defaults on an ioredis
+ * `Cluster`.
  *
  * Replication is asynchronous, so this is a measurement: what was lost
  * (acknowledged completions whose record is gone or no longer COMPLETE after
@@ -36,6 +38,7 @@ import {
   executionCounts,
   openStoreEngine,
   recordExecution,
+  RedisClientName,
 } from './support/stores';
 import type { RedisIdempotencyStore } from 'nest-idempotency/redis';
 
@@ -51,9 +54,14 @@ const TYPED = new Set([
   'IdempotencyInFlightError',
 ]);
 
-const MODES: Array<{ name: string; wait?: { replicas: number; timeoutMs: number } }> = [
+const MODES: Array<{
+  name: string;
+  wait?: { replicas: number; timeoutMs: number };
+  client?: RedisClientName;
+}> = [
   { name: 'without WAIT' },
   { name: 'WAIT 1 replica (500 ms)', wait: { replicas: 1, timeoutMs: 500 } },
+  { name: 'ioredis Cluster, without WAIT', client: 'ioredis' },
 ];
 
 interface Call {
@@ -153,6 +161,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
           prefix: scratchPrefix('fault10'),
           operationTimeoutMs: OP_TIMEOUT_MS,
           waitForReplicas: mode.wait,
+          client: mode.client,
         });
         const store = local.raw as RedisIdempotencyStore;
         try {

@@ -3,7 +3,9 @@
  * store, driven over IPC by the fault specs. Started with
  *   node -r @swc-node/register test/faults/support/engine-worker.ts
  * Env: FW_PG_URL, FW_SCHEMA (records table and `executions` already created),
- * FW_POOL (pool size, default 10), FW_OP_TIMEOUT_MS (store operationTimeoutMs).
+ * FW_POOL (pool size, default 10), FW_OP_TIMEOUT_MS (store operationTimeoutMs),
+ * FW_STORE (optional: a JSON StoreConfig of ./stores.ts; then the records live
+ * in that store, and PostgreSQL keeps only the `executions` table).
  *
  * Every action inserts a row into "<schema>".executions before anything else,
  * so executions are counted by PostgreSQL, not by the process (which may be killed).
@@ -12,7 +14,7 @@
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { IdempotencyEngine } from 'nest-idempotency';
+import { IdempotencyEngine, IdempotencyStore } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
@@ -26,23 +28,23 @@ import type {
   PurgeTrafficCommand,
   PurgeTrafficStats,
 } from './protocol';
+import { openStore, StoreConfig } from './stores';
 
 const url = required('FW_PG_URL');
 const schema = required('FW_SCHEMA');
 const poolSize = Number(process.env.FW_POOL ?? 10);
 
+const logger = {
+  warn: (m: string) => console.warn(`[worker ${process.pid}] warn: ${m}`),
+  error: (m: string) => console.error(`[worker ${process.pid}] error: ${m}`),
+};
+const storeConfig = process.env.FW_STORE
+  ? (JSON.parse(process.env.FW_STORE) as StoreConfig)
+  : undefined;
 const dataSource = new DataSource({ type: 'postgres', url, extra: { max: poolSize } });
-const store = new TypeOrmIdempotencyStore(dataSource, {
-  schema,
-  operationTimeoutMs: Number(process.env.FW_OP_TIMEOUT_MS ?? 5000),
-});
-const engine = new IdempotencyEngine(store, {
-  logger: {
-    warn: (m) => console.warn(`[worker ${process.pid}] warn: ${m}`),
-    error: (m) => console.error(`[worker ${process.pid}] error: ${m}`),
-  },
-});
-engine.onEvent((event) => send({ type: 'event', event }));
+/** The records' store: TypeORM on the executions' PostgreSQL schema, unless FW_STORE names another. */
+let store: IdempotencyStore;
+let engine: IdempotencyEngine;
 
 const gates = new Map<string, () => void>();
 const released = new Set<string>();
@@ -120,6 +122,7 @@ async function burst(command: BurstCommand): Promise<void> {
  * without a connection. There is no event for that, so this polls, bounded.
  */
 async function waiters(id: string, count: number): Promise<void> {
+  if (storeConfig) throw new Error('waiters: only on the default (TypeORM) store');
   const registry = (store as unknown as { waiters: { size: number } }).waiters;
   const p = pool();
   for (let i = 0; i < 2000; i++) {
@@ -228,7 +231,18 @@ function required(name: string): string {
 
 async function main(): Promise<void> {
   await dataSource.initialize();
-  await store.init();
+  if (storeConfig) {
+    store = (await openStore(storeConfig, logger)).store;
+  } else {
+    const typeorm = new TypeOrmIdempotencyStore(dataSource, {
+      schema,
+      operationTimeoutMs: Number(process.env.FW_OP_TIMEOUT_MS ?? 5000),
+    });
+    await typeorm.init();
+    store = typeorm;
+  }
+  engine = new IdempotencyEngine(store, { logger });
+  engine.onEvent((event) => send({ type: 'event', event }));
   process.on('message', (command: ChildCommand) => {
     handle(command).catch((error: unknown) => {
       console.error(`[worker ${process.pid}] command ${command.cmd} failed: ${String(error)}`);

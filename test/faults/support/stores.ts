@@ -6,10 +6,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import { IdempotencyEngine, IdempotencyEvent, IdempotencyStore } from 'nest-idempotency';
+import { MysqlIdempotencyStore } from 'nest-idempotency/mysql';
+import { PgIdempotencyStore } from 'nest-idempotency/pg';
 import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { Cluster as IoredisCluster, Redis as Ioredis } from 'ioredis';
+import { createPool as createMysqlPool } from 'mysql2';
+import { Pool as PgPool } from 'pg';
 import { createClient, createCluster } from 'redis';
 import { DataSource } from 'typeorm';
+
+/** Which Redis client library a Redis config connects with (node-redis unless told). */
+export type RedisClientName = 'node-redis' | 'ioredis';
 
 export type StoreConfig =
   | {
@@ -18,6 +26,7 @@ export type StoreConfig =
       url: string;
       prefix: string;
       operationTimeoutMs: number;
+      client?: RedisClientName;
     }
   | {
       kind: 'redis-cluster';
@@ -26,6 +35,7 @@ export type StoreConfig =
       prefix: string;
       operationTimeoutMs: number;
       waitForReplicas?: { replicas: number; timeoutMs: number };
+      client?: RedisClientName;
     }
   | {
       kind: 'mariadb';
@@ -33,12 +43,26 @@ export type StoreConfig =
       table: string;
       operationTimeoutMs: number;
       pool?: number;
+    }
+  | {
+      /** PgIdempotencyStore on a plain `pg` Pool. */
+      kind: 'pg-pool';
+      url: string;
+      schema: string;
+      operationTimeoutMs: number;
+    }
+  | {
+      /** MysqlIdempotencyStore on a plain mysql2 pool. */
+      kind: 'mysql-pool';
+      url: string;
+      table: string;
+      operationTimeoutMs: number;
     };
 
 export interface OpenedStore {
   store: IdempotencyStore;
-  /** The store's own handle (RedisIdempotencyStore or TypeOrmIdempotencyStore). */
-  raw: RedisIdempotencyStore | TypeOrmIdempotencyStore;
+  /** The store's own handle. */
+  raw: IdempotencyStore;
   /** Errors the client reported on its own (connection lost, reconnecting), counted. */
   clientErrors: () => number;
   close: () => Promise<void>;
@@ -73,12 +97,12 @@ export async function openStore(config: StoreConfig, logger: Logger): Promise<Op
       },
     };
   }
-  if (config.kind === 'redis') {
-    const client = createClient({ url: config.url });
-    client.on('error', onError);
-    await client.connect();
-    const store = new RedisIdempotencyStore(client, {
-      keyPrefix: config.prefix,
+  if (config.kind === 'pg-pool') {
+    const pool = new PgPool({ connectionString: config.url, max: 10 });
+    pool.on('error', onError);
+    const store = new PgIdempotencyStore(pool, {
+      schema: config.schema,
+      ensureSchema: true,
       operationTimeoutMs: config.operationTimeoutMs,
       logger,
     });
@@ -89,17 +113,35 @@ export async function openStore(config: StoreConfig, logger: Logger): Promise<Op
       clientErrors: () => errors,
       close: async () => {
         await store.close();
-        client.destroy();
+        await pool.end();
       },
     };
   }
-  const cluster = createCluster({ rootNodes: config.urls.map((url) => ({ url })) });
-  cluster.on('error', onError);
-  await cluster.connect();
-  const store = new RedisIdempotencyStore(cluster, {
+  if (config.kind === 'mysql-pool') {
+    const pool = createMysqlPool({ uri: config.url, connectionLimit: 10 });
+    pool.on('connection', (connection) => connection.on('error', onError));
+    const store = new MysqlIdempotencyStore(pool, {
+      table: config.table,
+      ensureSchema: true,
+      operationTimeoutMs: config.operationTimeoutMs,
+      logger,
+    });
+    await store.init();
+    return {
+      store,
+      raw: store,
+      clientErrors: () => errors,
+      close: async () => {
+        await store.close();
+        await new Promise<void>((resolve) => pool.end(() => resolve()));
+      },
+    };
+  }
+  const client = await connectRedis(config, onError);
+  const store = new RedisIdempotencyStore(client.handle, {
     keyPrefix: config.prefix,
     operationTimeoutMs: config.operationTimeoutMs,
-    waitForReplicas: config.waitForReplicas,
+    waitForReplicas: config.kind === 'redis-cluster' ? config.waitForReplicas : undefined,
     logger,
   });
   await store.init();
@@ -109,9 +151,44 @@ export async function openStore(config: StoreConfig, logger: Logger): Promise<Op
     clientErrors: () => errors,
     close: async () => {
       await store.close();
-      cluster.destroy();
+      client.close();
     },
   };
+}
+
+/** The client a Redis config names, connected, with its errors counted. */
+async function connectRedis(
+  config: Extract<StoreConfig, { kind: 'redis' | 'redis-cluster' }>,
+  onError: () => void,
+): Promise<{
+  handle: ConstructorParameters<typeof RedisIdempotencyStore>[0];
+  close: () => void;
+}> {
+  if (config.client === 'ioredis') {
+    const client =
+      config.kind === 'redis'
+        ? new Ioredis(config.url, { lazyConnect: true })
+        : new IoredisCluster(
+            config.urls.map((url) => {
+              const { hostname, port } = new URL(url);
+              return { host: hostname, port: Number(port) };
+            }),
+            { lazyConnect: true },
+          );
+    client.on('error', onError);
+    await client.connect();
+    return { handle: client, close: () => client.disconnect() };
+  }
+  if (config.kind === 'redis') {
+    const client = createClient({ url: config.url });
+    client.on('error', onError);
+    await client.connect();
+    return { handle: client, close: () => client.destroy() };
+  }
+  const cluster = createCluster({ rootNodes: config.urls.map((url) => ({ url })) });
+  cluster.on('error', onError);
+  await cluster.connect();
+  return { handle: cluster, close: () => cluster.destroy() };
 }
 
 /** What an operator is told, plus `completed`: which completions the store acknowledged. */

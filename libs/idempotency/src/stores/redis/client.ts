@@ -54,9 +54,9 @@ export function adaptRedisClient(
 /**
  * Commands on the application's client (through its client port), routed by
  * `key` on a Cluster (the client follows MOVED and ASK itself), given up after
- * `timeoutMs` with `IdempotencyStoreUnavailableError`. A command the client
- * still queued by then may be dropped (node-redis) or sent later (ioredis's
- * offline queue); one already written may still run on the server.
+ * `timeoutMs` with `IdempotencyStoreUnavailableError`. A command node-redis
+ * still queued by then is dropped; a reconnecting ioredis client is not sent
+ * any (see IoredisAdapter); one already written may still run on the server.
  */
 export class RedisCommands {
   readonly port: RedisClientPort;
@@ -199,8 +199,9 @@ const CLIENT_UNAVAILABLE = new Set([
   'MaxCommandRedirectionsError',
   'TimeoutError',
   'AbortError',
-  // ioredis
+  // ioredis, and the store's own refusal to queue on a reconnecting ioredis client
   'MaxRetriesPerRequestError',
+  'IoredisNotReadyError',
   'ClusterAllFailedError',
 ]);
 /** ioredis's plain `Error`s for a connection that is gone or not there yet. */

@@ -71,16 +71,22 @@ const nodeKey = (node: IoredisStandaloneClient) => `${node.options.host}:${node.
  * (bulk strings as Buffers; ioredis speaks RESP2); on a Cluster ioredis routes
  * a command by the keys it finds in it (EVALSHA's, HMGET's…) and follows
  * MOVED and ASK itself, and re-reads its slot map on a failover by itself.
- * A command sent while the client reconnects waits in ioredis's offline queue;
- * the store's own timer bounds the call, and such a command may still run
- * later, as one already written may.
+ * A standalone client that lost its connection after it was first ready is
+ * not sent commands until it is ready again: ioredis would hold them in its
+ * offline queue and send them after the reconnection, long after the store
+ * gave up on them (an acquire the caller was told failed would then take a
+ * lease nobody holds). One already written may still run, as on node-redis.
  */
 export class IoredisAdapter implements RedisClientPort {
   readonly library = 'ioredis' as const;
   readonly cluster: boolean;
+  /** Ready once: from then on, not ready means reconnecting (before it, still connecting at startup). */
+  private wasReady = false;
 
   constructor(private readonly client: IoredisClient) {
     this.cluster = isIoredisCluster(client);
+    if (client.status === 'ready') this.wasReady = true;
+    else client.on('ready', () => (this.wasReady = true));
   }
 
   get isOpen(): boolean {
@@ -97,6 +103,9 @@ export class IoredisAdapter implements RedisClientPort {
     _timeoutMs: number,
   ): Promise<unknown> {
     const client = this.client;
+    if (!this.cluster && this.wasReady && client.status !== 'ready') {
+      return Promise.reject(new IoredisNotReadyError(client.status));
+    }
     const [name, ...rest] = args;
     // WAIT names no key: ioredis would send it to any node, not to the one that took the write.
     if (isIoredisCluster(client) && key !== undefined && String(name).toUpperCase() === 'WAIT') {
@@ -142,6 +151,14 @@ export class IoredisAdapter implements RedisClientPort {
 
   describe(): string | undefined {
     return this.cluster ? 'ioredis (Cluster)' : 'ioredis';
+  }
+}
+
+/** A command not sent: the client is reconnecting (see IoredisAdapter). An unavailable store to callers. */
+export class IoredisNotReadyError extends Error {
+  constructor(status: string) {
+    super(`the ioredis client is ${status}, not ready (the command was not queued)`);
+    this.name = 'IoredisNotReadyError';
   }
 }
 
