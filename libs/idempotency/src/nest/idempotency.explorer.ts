@@ -49,6 +49,8 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   private hasMessageHandlers = false;
   private hasGraphqlMutations = false;
   private hasGatewayHandlers = false;
+  /** Settles when `onModuleInit` has compiled every plan and prepared the store (see `whenCompiled`). */
+  private readonly compiled = settlement();
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -61,6 +63,45 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
   ) {}
 
   async onModuleInit(): Promise<void> {
+    try {
+      await this.compile();
+      this.compiled.resolve();
+    } catch (error) {
+      this.compiled.reject(error);
+      throw error;
+    }
+  }
+
+  /** True once every plan is compiled: before, `planFor` knows none. */
+  get isCompiled(): boolean {
+    return this.compiled.settled;
+  }
+
+  /**
+   * Resolves once every plan is compiled. A hybrid application's
+   * `startAllMicroservices()` starts its listeners before the modules' init
+   * hooks run (they run in `app.init()` or `app.listen()`), so a message may
+   * arrive first; it waits here, at most `withinMs`, instead of running
+   * unprotected.
+   */
+  whenCompiled(where: string, withinMs: number): Promise<void> {
+    if (this.compiled.settled) return this.compiled.promise;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new IdempotencyConfigError(
+              `${where} was called ${withinMs} ms before IdempotencyModule had initialised, and it still has not: the application's init hooks have not run (a hybrid application starts its microservices' listeners in startAllMicroservices(), its init hooks in app.init() or app.listen(); call one of them)`,
+            ),
+          ),
+        withinMs,
+      );
+    });
+    return Promise.race([this.compiled.promise, late]).finally(() => clearTimeout(timer));
+  }
+
+  private async compile(): Promise<void> {
     this.refuseSecondModule();
     const claims: ScopeClaim[] = [];
     for (const wrapper of this.discovery.getControllers()) {
@@ -288,4 +329,33 @@ function describeRoute(classRef: ClassRef): string {
     version === undefined ? undefined : `version ${JSON.stringify(version)}`,
   ].filter(Boolean);
   return parts.length > 0 ? `, with ${parts.join(' and ')}` : '';
+}
+
+/** A promise settled from outside, which says whether it has been. */
+function settlement(): {
+  promise: Promise<void>;
+  settled: boolean;
+  resolve(): void;
+  reject(error: unknown): void;
+} {
+  let resolve!: () => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  promise.catch(() => undefined); // a failed bootstrap is reported by Nest; nobody may be waiting
+  const state = {
+    promise,
+    settled: false,
+    resolve: () => {
+      state.settled = true;
+      resolve();
+    },
+    reject: (error: unknown) => {
+      state.settled = true;
+      reject(error);
+    },
+  };
+  return state;
 }

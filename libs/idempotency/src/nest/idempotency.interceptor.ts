@@ -6,7 +6,7 @@ import {
   OnModuleInit,
   Optional,
 } from '@nestjs/common';
-import { Observable } from 'rxjs';
+import { from, mergeMap, Observable } from 'rxjs';
 import { IdempotencyConfigError } from '../core/errors';
 import { GatewayDoor } from './doors/gateway/gateway.door';
 import { GraphqlDoor } from './doors/graphql/graphql.door';
@@ -14,8 +14,11 @@ import { GrpcDoor } from './doors/grpc/grpc.door';
 import { HttpDoor } from './doors/http/http.door';
 import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
+import { IdempotentMetadata } from './idempotent.metadata';
 
 const seen = new WeakSet<ExecutionContext>();
+/** How long a call that arrives before the plans are compiled waits for them (see `whenCompiled`). */
+const BEFORE_INIT_WAIT_MS = 60_000;
 
 /**
  * Applied by `@Idempotent()` itself, to the handler it decorates, so it runs
@@ -50,7 +53,15 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const plan = this.explorer!.planFor(context.getClass(), context.getHandler());
+    const explorer = this.explorer!;
+    const plan = explorer.planFor(context.getClass(), context.getHandler());
+    if (!plan && !explorer.isCompiled && isIdempotent(context)) {
+      // Before the application's init hooks (a hybrid application's early message): wait for them.
+      const where = `${context.getClass().name}.${context.getHandler().name}`;
+      return from(explorer.whenCompiled(where, BEFORE_INIT_WAIT_MS)).pipe(
+        mergeMap(() => this.intercept(context, next)),
+      );
+    }
     // @Idempotent on a class and on its method applies the interceptor twice; Nest
     // hands both the same context for one call, and only the first one acts.
     if (!plan || seen.has(context)) return next.handle();
@@ -69,4 +80,12 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
         return next.handle();
     }
   }
+}
+
+/** `@Idempotent` on the handler or its class. */
+function isIdempotent(context: ExecutionContext): boolean {
+  return (
+    Reflect.getMetadata(IdempotentMetadata.KEY, context.getHandler()) !== undefined ||
+    Reflect.getMetadata(IdempotentMetadata.KEY, context.getClass()) !== undefined
+  );
 }
