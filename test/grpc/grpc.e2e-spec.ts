@@ -74,6 +74,15 @@ class PaymentsController {
     return charge(request);
   }
 
+  /** Strict mode: a throw leaves the outcome unknown; a negative amount throws. */
+  @GrpcMethod('Payments', 'Strict')
+  @Idempotent({ onExpiredLease: 'refuse' })
+  strict(request: ChargeRequest): ChargeReply {
+    const reply = charge(request);
+    if (request.amount < 0) throw new Error('the provider timed out');
+    return reply;
+  }
+
   @GrpcMethod('Payments', 'Outage')
   @Idempotent()
   outage(request: ChargeRequest): ChargeReply {
@@ -273,6 +282,27 @@ describe('unary gRPC methods over a loopback channel', () => {
     expect([runs.get(missing.orderId), runs.get(twice.orderId), runs.get(tooLong.orderId)]).toEqual(
       [undefined, undefined, undefined],
     );
+  });
+
+  it('in strict mode, answers a call whose earlier outcome is unknown with FAILED_PRECONDITION, no retry-after-ms, every time', async () => {
+    const key = randomUUID();
+    const body = { orderId: randomUUID(), amount: -1 };
+    const failed = await call('Strict', body, key);
+    // The method's own error: not a refusal.
+    expect(failed).toMatchObject({ ok: false });
+    expect(failed).not.toHaveProperty(['trailers', 'idempotency-code']);
+    for (let i = 0; i < 2; i++) {
+      const retry = await call('Strict', body, key);
+      expect(retry).toMatchObject({
+        ok: false,
+        code: grpc.status.FAILED_PRECONDITION,
+        trailers: { 'idempotency-code': 'idempotency-outcome-unknown' },
+      });
+      if (retry.ok) continue;
+      expect(retry.trailers['retry-after-ms']).toBeUndefined();
+      expect(retry.details).not.toContain(key);
+    }
+    expect(runs.get(body.orderId)).toBe(1);
   });
 
   it('answers UNAVAILABLE with retry-after-ms when the store is unreachable, and runs once it is back', async () => {
