@@ -62,6 +62,7 @@ class PlaceOrderHandler implements ICommandHandler<PlaceOrder> {
       held.entered.open();
       await held.release.promise;
     }
+    if (command.amount < 0) throw new Error('the provider timed out');
     return { confirmation: randomUUID(), orderId: command.orderId ?? '', amount: command.amount };
   }
 }
@@ -193,6 +194,16 @@ describeEachStore(
         IdempotencyKeyError,
       );
       expect(runs.get('') ?? 0).toBe(before);
+    });
+
+    it("rejects with the handler's own error and frees the key: the retry runs", async () => {
+      const orderId = randomUUID();
+      for (let i = 0; i < 2; i++) {
+        await expect(bus.execute(new PlaceOrder(orderId, -1))).rejects.toThrow(
+          'the provider timed out',
+        );
+      }
+      expect(runs.get(orderId)).toBe(2);
     });
 
     it('refuses the same key with another command (a fingerprint function) with IdempotencyFingerprintMismatchError', async () => {

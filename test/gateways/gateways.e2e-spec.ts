@@ -51,13 +51,14 @@ class PaymentsGateway {
   @SubscribeMessage('pay')
   @Idempotent({ key: 'data.requestId' })
   async pay(
-    @MessageBody() data: { requestId?: string; amount: number; hold?: boolean },
+    @MessageBody() data: { requestId?: string; amount: number; hold?: boolean; fail?: boolean },
   ): Promise<Payment> {
     ran(data.requestId ?? '');
     if (data.hold) {
       held.entered.open();
       await held.release.promise;
     }
+    if (data.fail) throw new WsException('the provider timed out');
     return { paymentId: randomUUID(), requestId: data.requestId ?? '', amount: data.amount };
   }
 
@@ -308,6 +309,21 @@ describeEachStore(
           error: { status: 'error', code: 'idempotency-key-missing' },
         });
         expect(runs.get('')).toBeUndefined();
+      });
+
+      it('answers a handler that throws with its own error and frees the key: the retry runs', async () => {
+        const client = await connect();
+        const requestId = randomUUID();
+        for (let i = 0; i < 2; i++) {
+          const reply = await client.send('pay', { requestId, amount: 2, fail: true });
+          // The gateway's own error (Nest adds its `cause`), not a refusal: no code.
+          expect(reply).toMatchObject({
+            kind: 'exception',
+            error: { status: 'error', message: 'the provider timed out' },
+          });
+          expect(reply).not.toHaveProperty(['error', 'code']);
+        }
+        expect(runs.get(requestId)).toBe(2);
       });
 
       it('refuses the same key with another message (a fingerprint function) with code idempotency-key-reused', async () => {

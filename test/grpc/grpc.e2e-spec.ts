@@ -39,6 +39,8 @@ const runs = new Map<string, number>();
 const holds = new Map<string, { entered: Gate; release: Gate }>();
 const charge = (request: ChargeRequest): ChargeReply => {
   runs.set(request.orderId, (runs.get(request.orderId) ?? 0) + 1);
+  // A negative amount: the method throws (after its work may have begun).
+  if (request.amount < 0) throw new Error('the provider timed out');
   return { orderId: request.orderId, amount: request.amount, token: randomUUID() };
 };
 
@@ -74,13 +76,11 @@ class PaymentsController {
     return charge(request);
   }
 
-  /** Strict mode: a throw leaves the outcome unknown; a negative amount throws. */
+  /** Strict mode: a throw leaves the outcome unknown. */
   @GrpcMethod('Payments', 'Strict')
   @Idempotent({ onExpiredLease: 'refuse' })
   strict(request: ChargeRequest): ChargeReply {
-    const reply = charge(request);
-    if (request.amount < 0) throw new Error('the provider timed out');
-    return reply;
+    return charge(request);
   }
 
   @GrpcMethod('Payments', 'Outage')
@@ -282,6 +282,17 @@ describe('unary gRPC methods over a loopback channel', () => {
     expect([runs.get(missing.orderId), runs.get(twice.orderId), runs.get(tooLong.orderId)]).toEqual(
       [undefined, undefined, undefined],
     );
+  });
+
+  it('answers a method that throws with its own error and frees the key: the retry runs', async () => {
+    const key = randomUUID();
+    const body = { orderId: randomUUID(), amount: -1 };
+    for (let i = 0; i < 2; i++) {
+      const failed = await call('Charge', body, key);
+      expect(failed).toMatchObject({ ok: false, code: grpc.status.UNKNOWN });
+      expect(failed).not.toHaveProperty(['trailers', 'idempotency-code']);
+    }
+    expect(runs.get(body.orderId)).toBe(2);
   });
 
   it('in strict mode, answers a call whose earlier outcome is unknown with FAILED_PRECONDITION, no retry-after-ms, every time', async () => {
