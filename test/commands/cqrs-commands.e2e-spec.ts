@@ -13,7 +13,7 @@ import {
   IdempotencyOutcomeUnknownError,
   IdempotencyStoreUnavailableError,
 } from 'nest-idempotency';
-import { InMemoryIdempotencyStore } from 'nest-idempotency/core';
+import { DEFAULT_MAX_KEY_LENGTH, InMemoryIdempotencyStore } from 'nest-idempotency/core';
 import { CuttableStore, openCuttableStore } from '../support/cuttable-store';
 import { Gate } from '../support/gate';
 import { describeEachStore, OpenedStore, openStore } from '../support/stores';
@@ -194,6 +194,14 @@ describeEachStore(
         IdempotencyKeyError,
       );
       expect(runs.get('') ?? 0).toBe(before);
+    });
+
+    it('refuses a key longer than the limit with IdempotencyKeyError, without running it', async () => {
+      const orderId = 'k'.repeat(DEFAULT_MAX_KEY_LENGTH + 1);
+      await expect(bus.execute(new PlaceOrder(orderId, 5))).rejects.toBeInstanceOf(
+        IdempotencyKeyError,
+      );
+      expect(runs.get(orderId)).toBeUndefined();
     });
 
     it("rejects with the handler's own error and frees the key: the retry runs", async () => {

@@ -17,7 +17,7 @@ import {
   IdempotencyConfigError,
   IdempotencyModule,
 } from 'nest-idempotency';
-import { InMemoryIdempotencyStore } from 'nest-idempotency/core';
+import { DEFAULT_MAX_KEY_LENGTH, InMemoryIdempotencyStore } from 'nest-idempotency/core';
 import { io, Socket } from 'socket.io-client';
 import { WebSocket } from 'ws';
 import { CuttableStore, openCuttableStore } from '../support/cuttable-store';
@@ -309,6 +309,16 @@ describeEachStore(
           error: { status: 'error', code: 'idempotency-key-missing' },
         });
         expect(runs.get('')).toBeUndefined();
+      });
+
+      it('refuses a key longer than the limit as an exception with code idempotency-key-invalid', async () => {
+        const client = await connect();
+        const requestId = 'k'.repeat(DEFAULT_MAX_KEY_LENGTH + 1);
+        expect(await client.send('pay', { requestId, amount: 5 })).toMatchObject({
+          kind: 'exception',
+          error: { status: 'error', code: 'idempotency-key-invalid' },
+        });
+        expect(runs.get(requestId)).toBeUndefined();
       });
 
       it('answers a handler that throws with its own error and frees the key: the retry runs', async () => {

@@ -10,6 +10,7 @@ import {
   IdempotentOptions,
   JobKeySource,
 } from 'nest-idempotency';
+import { DEFAULT_MAX_KEY_LENGTH } from 'nest-idempotency/core';
 import { CuttableStore, openCuttableStore } from '../support/cuttable-store';
 import { Gate } from '../support/gate';
 import { describeIfRedis, probeRedisSync, redisUrl } from '../support/redis';
@@ -225,12 +226,16 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
       expect(effects.map((e) => e.jobId)).toEqual(['r-1']);
     });
 
-    it('fails a job without a key for good (UnrecoverableError), running nothing', async () => {
+    it('fails a job without a key, or with one over the limit, for good (UnrecoverableError), running nothing', async () => {
       await startWorkers(refundOptions, 1);
-      const failing = nextFailure();
+      let failing = nextFailure();
       await queue.add('refund', { amount: 1 }, { jobId: 'r-3', attempts: 5 });
       expect(await failing).toBeInstanceOf(UnrecoverableError);
-      expect((await queue.getJob('r-3'))?.attemptsMade).toBe(1);
+      failing = nextFailure();
+      const orderId = 'k'.repeat(DEFAULT_MAX_KEY_LENGTH + 1);
+      await queue.add('refund', { orderId, amount: 1 }, { jobId: 'r-3b', attempts: 5 });
+      expect(await failing).toBeInstanceOf(UnrecoverableError);
+      for (const id of ['r-3', 'r-3b']) expect((await queue.getJob(id))?.attemptsMade).toBe(1);
       expect(effects).toEqual([]);
     });
 
