@@ -3,13 +3,18 @@ import { CommandBus, CommandHandler, CqrsModule, ICommand, ICommandHandler } fro
 import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import {
+  CommandKeySource,
   Idempotent,
   IdempotencyConfigError,
+  IdempotencyFingerprintMismatchError,
   IdempotencyInFlightError,
   IdempotencyKeyError,
   IdempotencyModule,
+  IdempotencyOutcomeUnknownError,
+  IdempotencyStoreUnavailableError,
 } from 'nest-idempotency';
-import { InMemoryIdempotencyStore } from 'nest-idempotency/core';
+import { DEFAULT_MAX_KEY_LENGTH, InMemoryIdempotencyStore } from 'nest-idempotency/core';
+import { CuttableStore, openCuttableStore } from '../support/cuttable-store';
 import { Gate } from '../support/gate';
 import { describeEachStore, OpenedStore, openStore } from '../support/stores';
 
@@ -57,6 +62,7 @@ class PlaceOrderHandler implements ICommandHandler<PlaceOrder> {
       held.entered.open();
       await held.release.promise;
     }
+    if (command.amount < 0) throw new Error('the provider timed out');
     return { confirmation: randomUUID(), orderId: command.orderId ?? '', amount: command.amount };
   }
 }
@@ -70,6 +76,31 @@ class ReserveStockHandler implements ICommandHandler<ReserveStock> {
       held.entered.open();
       await held.release.promise;
     }
+    return randomUUID();
+  }
+}
+
+class Refund implements ICommand {
+  constructor(
+    readonly orderId: string,
+    readonly amount: number,
+    readonly fail = false,
+  ) {}
+}
+
+/** Keyed by the order, fingerprinted by the amount: another amount under a used key is refused. */
+@CommandHandler(Refund)
+class RefundHandler implements ICommandHandler<Refund> {
+  @Idempotent({
+    key: 'command.orderId',
+    fingerprint: (source) =>
+      String((source as CommandKeySource & { command: Refund }).command.amount),
+    onExpiredLease: 'refuse',
+  })
+  async execute(command: Refund): Promise<string> {
+    ran(`refund:${command.orderId}`);
+    // Strict mode: a throw leaves the outcome unknown (the work may have happened).
+    if (command.fail) throw new Error('the provider timed out');
     return randomUUID();
   }
 }
@@ -92,7 +123,7 @@ describeEachStore(
             purge: false,
           }),
         ],
-        providers: [PlaceOrderHandler, ReserveStockHandler],
+        providers: [PlaceOrderHandler, ReserveStockHandler, RefundHandler],
       }).compile();
       app = moduleRef.createNestApplication({ logger: false });
       await app.init();
@@ -164,9 +195,91 @@ describeEachStore(
       );
       expect(runs.get('') ?? 0).toBe(before);
     });
+
+    it('refuses a key longer than the limit with IdempotencyKeyError, without running it', async () => {
+      const orderId = 'k'.repeat(DEFAULT_MAX_KEY_LENGTH + 1);
+      await expect(bus.execute(new PlaceOrder(orderId, 5))).rejects.toBeInstanceOf(
+        IdempotencyKeyError,
+      );
+      expect(runs.get(orderId)).toBeUndefined();
+    });
+
+    it("rejects with the handler's own error and frees the key: the retry runs", async () => {
+      const orderId = randomUUID();
+      for (let i = 0; i < 2; i++) {
+        await expect(bus.execute(new PlaceOrder(orderId, -1))).rejects.toThrow(
+          'the provider timed out',
+        );
+      }
+      expect(runs.get(orderId)).toBe(2);
+    });
+
+    it('refuses the same key with another command (a fingerprint function) with IdempotencyFingerprintMismatchError', async () => {
+      const orderId = randomUUID();
+      const first = await bus.execute<Refund, string>(new Refund(orderId, 10));
+      const other = bus.execute(new Refund(orderId, 99));
+      await expect(other).rejects.toBeInstanceOf(IdempotencyFingerprintMismatchError);
+      await expect(other).rejects.not.toThrow(orderId);
+      expect(await bus.execute(new Refund(orderId, 10))).toBe(first);
+      expect(runs.get(`refund:${orderId}`)).toBe(1);
+    });
+
+    it('in strict mode, refuses a command whose earlier outcome is unknown with IdempotencyOutcomeUnknownError, every time', async () => {
+      const orderId = randomUUID();
+      await expect(bus.execute(new Refund(orderId, 5, true))).rejects.toThrow(
+        'the provider timed out',
+      );
+      for (let i = 0; i < 2; i++) {
+        const retry = bus.execute(new Refund(orderId, 5));
+        await expect(retry).rejects.toBeInstanceOf(IdempotencyOutcomeUnknownError);
+        await expect(retry).rejects.toMatchObject({ scope: 'RefundHandler.execute' });
+      }
+      expect(runs.get(`refund:${orderId}`)).toBe(1);
+    });
   },
   ['postgres', 'redis'],
 );
+
+describe('CQRS commands when the store is down', () => {
+  let cuttable: CuttableStore;
+  let app: INestApplication;
+  let bus: CommandBus;
+
+  beforeAll(async () => {
+    cuttable = await openCuttableStore('cqrs_down');
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        CqrsModule.forRoot(),
+        IdempotencyModule.forRoot({ store: cuttable.store, purge: false }),
+      ],
+      providers: [PlaceOrderHandler],
+    }).compile();
+    app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    bus = app.get(CommandBus);
+  });
+  afterAll(async () => {
+    await app?.close();
+    await cuttable?.close();
+  });
+
+  it('rejects with IdempotencyStoreUnavailableError and retryAfterMs, running nothing, and runs once the store is back', async () => {
+    const orderId = randomUUID();
+    await cuttable.cut();
+    try {
+      const refused = bus.execute(new PlaceOrder(orderId, 3));
+      await expect(refused).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+      const error = (await refused.catch((e: unknown) => e)) as IdempotencyStoreUnavailableError;
+      expect(error.retryAfterMs).toBeGreaterThan(0);
+      expect(error.message).not.toContain(orderId);
+      expect(runs.get(orderId)).toBeUndefined();
+    } finally {
+      await cuttable.restore();
+    }
+    await expect(bus.execute(new PlaceOrder(orderId, 3))).resolves.toMatchObject({ orderId });
+    expect(runs.get(orderId)).toBe(1);
+  });
+});
 
 describe('CQRS commands at bootstrap', () => {
   class Ping implements ICommand {

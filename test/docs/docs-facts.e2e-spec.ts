@@ -15,7 +15,14 @@ import {
   TracingIdempotencyStore,
 } from 'nest-idempotency/opentelemetry';
 import { ContractHarness, DEFAULT_SCALE, STORE_CONTRACT } from 'nest-idempotency/testing';
+import * as bullmq from 'bullmq';
+import * as idempotency from 'nest-idempotency';
 import { ExitCode } from '../../libs/idempotency/src/cli/exit-codes';
+import {
+  GRPC_RETRY_AFTER_TRAILER,
+  GRPC_STATUS,
+  GRPC_STATUS_OF_REFUSAL,
+} from '../../libs/idempotency/src/nest/doors/grpc/grpc-status';
 
 /**
  * What the README and docs/ state about the code (counts, option tables, the
@@ -446,6 +453,76 @@ describe('what the docs say about the code', () => {
       expect(text).toContain(
         `with ${IDEMPOTENCY_DURATION_BUCKETS_SECONDS.length + 1} buckets counting`,
       );
+    });
+  });
+
+  describe("the README's table of the other doors", () => {
+    // Columns: situation, gRPC, WebSocket gateway, CQRS command, BullMQ job, @Cron tick.
+    const rows = () => tableAfter('README.md', 'The other doors');
+    const row = (situation: string) => {
+      const found = rows().find((cells) => cells[0].startsWith(situation));
+      if (!found) throw new Error(`README.md: no row "${situation}" in the other doors' table`);
+      return found;
+    };
+    const statusName = (status: number) =>
+      Object.entries(GRPC_STATUS).find(([, value]) => value === status)![0];
+    /** The refusal each row is about, and whether it carries a retry delay. */
+    const REFUSAL_ROWS: [string, string[], boolean][] = [
+      ['Repeat while the first runs', ['idempotency-in-flight'], true],
+      ['Same key, other request', ['idempotency-key-reused'], false],
+      ['No key, bad key', ['idempotency-key-missing', 'idempotency-key-invalid'], false],
+      ['The store is down', ['idempotency-store-unavailable'], true],
+      ['Strict mode', ['idempotency-outcome-unknown'], false],
+    ];
+
+    it('has a column per door', () => {
+      const header = read('README.md')
+        .split('\n')
+        .find((line) => line.startsWith('| Situation | gRPC'))!;
+      expect(header.split('|').map((cell) => cell.trim())).toEqual([
+        '',
+        'Situation',
+        'gRPC (unary)',
+        'WebSocket gateway',
+        'CQRS command',
+        'BullMQ job',
+        '`@Cron` tick',
+        '',
+      ]);
+      for (const cells of rows()) expect(cells, cells[0]).toHaveLength(6);
+    });
+
+    it.each(REFUSAL_ROWS)(
+      '%s: the gRPC status and the gateway code the doors send',
+      (situation, codes, retry) => {
+        const [, grpc, gateway] = row(situation);
+        for (const code of codes) {
+          expect(grpc).toContain(`\`${statusName(GRPC_STATUS_OF_REFUSAL[code])}\``);
+          expect(gateway).toContain(`\`${code}\``);
+        }
+        const trailer = `\`${GRPC_RETRY_AFTER_TRAILER}\``;
+        if (retry) {
+          expect(grpc).toContain(`, ${trailer}`);
+          expect(gateway).toContain('with `retryAfterMs`');
+        } else {
+          expect(grpc).not.toContain(`, ${trailer}`);
+          expect(gateway).not.toContain('with `retryAfterMs`');
+        }
+      },
+    );
+
+    it('names only error classes the library or BullMQ exports', () => {
+      const names = rows().flatMap((cells) =>
+        cells.flatMap(codeSpans).filter((span) => /^[A-Z]\w*Error$/.test(span)),
+      );
+      expect(names.length).toBeGreaterThan(5);
+      for (const name of names) {
+        const exported =
+          (idempotency as Record<string, unknown>)[name] ??
+          (bullmq as Record<string, unknown>)[name];
+        expect(typeof exported, name).toBe('function');
+        expect((exported as { prototype: unknown }).prototype, name).toBeInstanceOf(Error);
+      }
     });
   });
 

@@ -11,10 +11,16 @@ import {
 } from '@nestjs/websockets';
 import { randomUUID } from 'node:crypto';
 import { AddressInfo } from 'node:net';
-import { Idempotent, IdempotencyConfigError, IdempotencyModule } from 'nest-idempotency';
-import { InMemoryIdempotencyStore } from 'nest-idempotency/core';
+import {
+  GatewayKeySource,
+  Idempotent,
+  IdempotencyConfigError,
+  IdempotencyModule,
+} from 'nest-idempotency';
+import { DEFAULT_MAX_KEY_LENGTH, InMemoryIdempotencyStore } from 'nest-idempotency/core';
 import { io, Socket } from 'socket.io-client';
 import { WebSocket } from 'ws';
+import { CuttableStore, openCuttableStore } from '../support/cuttable-store';
 import { Gate } from '../support/gate';
 import { describeEachStore, OpenedStore, openStore } from '../support/stores';
 
@@ -45,13 +51,14 @@ class PaymentsGateway {
   @SubscribeMessage('pay')
   @Idempotent({ key: 'data.requestId' })
   async pay(
-    @MessageBody() data: { requestId?: string; amount: number; hold?: boolean },
+    @MessageBody() data: { requestId?: string; amount: number; hold?: boolean; fail?: boolean },
   ): Promise<Payment> {
     ran(data.requestId ?? '');
     if (data.hold) {
       held.entered.open();
       await held.release.promise;
     }
+    if (data.fail) throw new WsException('the provider timed out');
     return { paymentId: randomUUID(), requestId: data.requestId ?? '', amount: data.amount };
   }
 
@@ -64,6 +71,20 @@ class PaymentsGateway {
       await held.release.promise;
     }
     return { paymentId: randomUUID(), requestId: data.requestId, amount: 0 };
+  }
+
+  /** Fingerprinted by the amount, in strict mode: a throw leaves the outcome unknown. */
+  @SubscribeMessage('refund')
+  @Idempotent({
+    key: 'data.requestId',
+    fingerprint: (source) =>
+      String(((source as GatewayKeySource).data as { amount: number }).amount),
+    onExpiredLease: 'refuse',
+  })
+  refund(@MessageBody() data: { requestId: string; amount: number; fail?: boolean }): Payment {
+    ran(`refund:${data.requestId}`);
+    if (data.fail) throw new WsException('the provider timed out');
+    return { paymentId: randomUUID(), requestId: data.requestId, amount: -data.amount };
   }
 }
 
@@ -289,9 +310,114 @@ describeEachStore(
         });
         expect(runs.get('')).toBeUndefined();
       });
+
+      it('refuses a key longer than the limit as an exception with code idempotency-key-invalid', async () => {
+        const client = await connect();
+        const requestId = 'k'.repeat(DEFAULT_MAX_KEY_LENGTH + 1);
+        expect(await client.send('pay', { requestId, amount: 5 })).toMatchObject({
+          kind: 'exception',
+          error: { status: 'error', code: 'idempotency-key-invalid' },
+        });
+        expect(runs.get(requestId)).toBeUndefined();
+      });
+
+      it('answers a handler that throws with its own error and frees the key: the retry runs', async () => {
+        const client = await connect();
+        const requestId = randomUUID();
+        for (let i = 0; i < 2; i++) {
+          const reply = await client.send('pay', { requestId, amount: 2, fail: true });
+          // The gateway's own error (Nest adds its `cause`), not a refusal: no code.
+          expect(reply).toMatchObject({
+            kind: 'exception',
+            error: { status: 'error', message: 'the provider timed out' },
+          });
+          expect(reply).not.toHaveProperty(['error', 'code']);
+        }
+        expect(runs.get(requestId)).toBe(2);
+      });
+
+      it('refuses the same key with another message (a fingerprint function) with code idempotency-key-reused', async () => {
+        const client = await connect();
+        const requestId = randomUUID();
+        const first = await client.send('refund', { requestId, amount: 10 });
+        expect(first.kind).toBe('ack');
+        const other = await client.send('refund', { requestId, amount: 99 });
+        expect(other).toMatchObject({
+          kind: 'exception',
+          error: { status: 'error', code: 'idempotency-key-reused' },
+        });
+        expect((other as { error: WsError }).error.message).not.toContain(requestId);
+        expect(await client.send('refund', { requestId, amount: 10 })).toEqual(first);
+        expect(runs.get(`refund:${requestId}`)).toBe(1);
+      });
+
+      it('in strict mode, refuses a message whose earlier outcome is unknown with code idempotency-outcome-unknown and no retryAfterMs', async () => {
+        const client = await connect();
+        const requestId = randomUUID();
+        expect(await client.send('refund', { requestId, amount: 5, fail: true })).toMatchObject({
+          kind: 'exception',
+          error: { status: 'error', message: 'the provider timed out' },
+        });
+        for (let i = 0; i < 2; i++) {
+          const retry = await client.send('refund', { requestId, amount: 5 });
+          expect(retry).toMatchObject({
+            kind: 'exception',
+            error: { status: 'error', code: 'idempotency-outcome-unknown' },
+          });
+          expect((retry as { error: WsError }).error.retryAfterMs).toBeUndefined();
+        }
+        expect(runs.get(`refund:${requestId}`)).toBe(1);
+      });
     });
   },
   ['postgres', 'redis'],
+);
+
+describe.each(['ws', 'socket.io'] as const)(
+  'WebSocket gateways (%s) when the store is down',
+  (adapterName) => {
+    let cuttable: CuttableStore;
+    let app: INestApplication;
+    let client: TestClient;
+
+    beforeAll(async () => {
+      cuttable = await openCuttableStore('gw_down');
+      const moduleRef = await Test.createTestingModule({
+        imports: [IdempotencyModule.forRoot({ store: cuttable.store, purge: false })],
+        providers: [PaymentsGateway],
+      }).compile();
+      app = moduleRef.createNestApplication({ logger: false });
+      app.useWebSocketAdapter(ADAPTERS[adapterName].adapter(app));
+      await app.listen(0, '127.0.0.1');
+      const port = (app.getHttpServer().address() as AddressInfo).port;
+      client = await ADAPTERS[adapterName].client(`http://127.0.0.1:${port}`);
+    });
+    afterAll(async () => {
+      client?.close();
+      await app?.close();
+      await cuttable?.close();
+    });
+
+    it('refuses with code idempotency-store-unavailable and retryAfterMs, running nothing, and runs once the store is back', async () => {
+      const requestId = randomUUID();
+      await cuttable.cut();
+      try {
+        const reply = await client.send('pay', { requestId, amount: 3 });
+        expect(reply).toMatchObject({
+          kind: 'exception',
+          error: { status: 'error', code: 'idempotency-store-unavailable' },
+        });
+        const error = (reply as { error: WsError }).error;
+        expect(error.retryAfterMs).toBeGreaterThan(0);
+        expect(error.message).not.toContain(requestId);
+        expect(runs.get(requestId)).toBeUndefined();
+      } finally {
+        await cuttable.restore();
+      }
+      expect(await client.send('pay', { requestId, amount: 3 })).toMatchObject({ kind: 'ack' });
+      expect(runs.get(requestId)).toBe(1);
+    });
+  },
 );
 
 describe('WebSocket gateways at bootstrap', () => {

@@ -39,6 +39,8 @@ const runs = new Map<string, number>();
 const holds = new Map<string, { entered: Gate; release: Gate }>();
 const charge = (request: ChargeRequest): ChargeReply => {
   runs.set(request.orderId, (runs.get(request.orderId) ?? 0) + 1);
+  // A negative amount: the method throws (after its work may have begun).
+  if (request.amount < 0) throw new Error('the provider timed out');
   return { orderId: request.orderId, amount: request.amount, token: randomUUID() };
 };
 
@@ -71,6 +73,13 @@ class PaymentsController {
   @GrpcMethod('Payments', 'ChargeByRequestId')
   @Idempotent({ key: 'message.metadata["x-request-id"]' })
   chargeByRequestId(request: ChargeRequest): ChargeReply {
+    return charge(request);
+  }
+
+  /** Strict mode: a throw leaves the outcome unknown. */
+  @GrpcMethod('Payments', 'Strict')
+  @Idempotent({ onExpiredLease: 'refuse' })
+  strict(request: ChargeRequest): ChargeReply {
     return charge(request);
   }
 
@@ -273,6 +282,38 @@ describe('unary gRPC methods over a loopback channel', () => {
     expect([runs.get(missing.orderId), runs.get(twice.orderId), runs.get(tooLong.orderId)]).toEqual(
       [undefined, undefined, undefined],
     );
+  });
+
+  it('answers a method that throws with its own error and frees the key: the retry runs', async () => {
+    const key = randomUUID();
+    const body = { orderId: randomUUID(), amount: -1 };
+    for (let i = 0; i < 2; i++) {
+      const failed = await call('Charge', body, key);
+      expect(failed).toMatchObject({ ok: false, code: grpc.status.UNKNOWN });
+      expect(failed).not.toHaveProperty(['trailers', 'idempotency-code']);
+    }
+    expect(runs.get(body.orderId)).toBe(2);
+  });
+
+  it('in strict mode, answers a call whose earlier outcome is unknown with FAILED_PRECONDITION, no retry-after-ms, every time', async () => {
+    const key = randomUUID();
+    const body = { orderId: randomUUID(), amount: -1 };
+    const failed = await call('Strict', body, key);
+    // The method's own error: not a refusal.
+    expect(failed).toMatchObject({ ok: false });
+    expect(failed).not.toHaveProperty(['trailers', 'idempotency-code']);
+    for (let i = 0; i < 2; i++) {
+      const retry = await call('Strict', body, key);
+      expect(retry).toMatchObject({
+        ok: false,
+        code: grpc.status.FAILED_PRECONDITION,
+        trailers: { 'idempotency-code': 'idempotency-outcome-unknown' },
+      });
+      if (retry.ok) continue;
+      expect(retry.trailers['retry-after-ms']).toBeUndefined();
+      expect(retry.details).not.toContain(key);
+    }
+    expect(runs.get(body.orderId)).toBe(1);
   });
 
   it('answers UNAVAILABLE with retry-after-ms when the store is unreachable, and runs once it is back', async () => {

@@ -1,9 +1,17 @@
-import { BullModule, Processor, WorkerHost } from '@nestjs/bullmq';
 import { INestApplicationContext, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { Job, Queue, QueueEvents } from 'bullmq';
+import { BullModule, OnWorkerEvent, Processor, WorkerHost } from '@nestjs/bullmq';
+import { Job, Queue, QueueEvents, UnrecoverableError } from 'bullmq';
 import { randomBytes } from 'node:crypto';
-import { IdempotencyModule, Idempotent, IdempotentOptions } from 'nest-idempotency';
+import {
+  IdempotencyModule,
+  IdempotencyStoreUnavailableError,
+  Idempotent,
+  IdempotentOptions,
+  JobKeySource,
+} from 'nest-idempotency';
+import { DEFAULT_MAX_KEY_LENGTH } from 'nest-idempotency/core';
+import { CuttableStore, openCuttableStore } from '../support/cuttable-store';
 import { Gate } from '../support/gate';
 import { describeIfRedis, probeRedisSync, redisUrl } from '../support/redis';
 import { openStore, OpenedStore, storeFromEnv } from '../support/stores';
@@ -16,7 +24,7 @@ import { openStore, OpenedStore, storeFromEnv } from '../support/stores';
  * binds is the decorator's wrapper.
  */
 
-type Order = { orderId: string };
+type Order = { orderId?: string; amount?: number; fail?: boolean };
 type Effect = { orderId: string; jobId: string | undefined; worker: number };
 
 const url = new URL(redisUrl());
@@ -27,6 +35,9 @@ let effects: Effect[] = [];
 let hold: Gate | null = null;
 /** Resolved when a run starts. */
 let started = new Gate();
+/** Each failed attempt's error, and a gate resolved by the next one. */
+let failures: { jobId: string | undefined; error: Error }[] = [];
+let failed = new Gate();
 
 function appModule(
   worker: number,
@@ -38,10 +49,17 @@ function appModule(
   class Payments extends WorkerHost {
     @Idempotent(options)
     async process(job: Job<Order>): Promise<{ charged: string; by: number }> {
-      effects.push({ orderId: job.data.orderId, jobId: job.id, worker });
+      effects.push({ orderId: job.data.orderId ?? '', jobId: job.id, worker });
       started.open();
       if (hold) await hold.promise;
-      return { charged: job.data.orderId, by: worker };
+      if (job.data.fail) throw new Error('the provider timed out');
+      return { charged: job.data.orderId ?? '', by: worker };
+    }
+
+    @OnWorkerEvent('failed')
+    onFailed(job: Job<Order>, error: Error): void {
+      failures.push({ jobId: job.id, error });
+      failed.open();
     }
   }
 
@@ -71,17 +89,34 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
     const apps: INestApplicationContext[] = [];
     const closers: (() => Promise<void>)[] = [];
 
-    async function startWorkers(options: IdempotentOptions, count = 2): Promise<void> {
+    /** `shared`: one store for every worker (else each opens its own on the Redis namespace). */
+    async function startWorkers(
+      options: IdempotentOptions,
+      count = 2,
+      shared?: OpenedStoreLike,
+    ): Promise<void> {
       for (let worker = 0; worker < count; worker++) {
-        const own = await storeFromEnv(opened.env);
-        closers.push(own.close);
+        let own = shared;
+        if (!own) {
+          const fromEnv = await storeFromEnv(opened.env);
+          closers.push(fromEnv.close);
+          own = fromEnv;
+        }
+        const store = own;
         apps.push(
           await NestFactory.createApplicationContext(
-            appModule(worker, queueName, options, async () => own),
+            appModule(worker, queueName, options, async () => store),
             { logger: false },
           ),
         );
       }
+    }
+
+    /** Waits for the next failed attempt and returns its error. */
+    async function nextFailure(): Promise<Error> {
+      await failed.promise;
+      failed = new Gate();
+      return failures[failures.length - 1].error;
     }
 
     beforeAll(async () => {
@@ -94,6 +129,8 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
       effects = [];
       hold = null;
       started = new Gate();
+      failures = [];
+      failed = new Gate();
       queueName = `idem-jobs-${randomBytes(4).toString('hex')}`;
       queue = new Queue(queueName, { connection });
       events = new QueueEvents(queueName, { connection });
@@ -164,6 +201,108 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)(
       // One attempt, the one that completed: the delay used none (with attempts: 1 it would have failed).
       expect(finished?.attemptsMade).toBe(1);
       expect(await finished?.getState()).toBe('completed');
+    });
+
+    const refundOptions: IdempotentOptions = {
+      key: 'data.orderId',
+      fingerprint: (source) => String(((source as JobKeySource).data as Order).amount),
+      onExpiredLease: 'refuse',
+      lease: '10s',
+    };
+
+    it('fails a job with other data under a used key for good (UnrecoverableError), running nothing', async () => {
+      await startWorkers(refundOptions, 1);
+      const first = await queue.add('refund', { orderId: 'order-4', amount: 10 }, { jobId: 'r-1' });
+      await first.waitUntilFinished(events, 20_000);
+      const failing = nextFailure();
+      await queue.add('refund', { orderId: 'order-4', amount: 99 }, { jobId: 'r-2', attempts: 5 });
+      const error = await failing;
+      expect(error).toBeInstanceOf(UnrecoverableError);
+      expect(error.message).toContain('was already used by a job with other data');
+      expect(error.message).not.toContain('order-4');
+      const refused = await queue.getJob('r-2');
+      expect(await refused?.getState()).toBe('failed');
+      expect(refused?.attemptsMade).toBe(1);
+      expect(effects.map((e) => e.jobId)).toEqual(['r-1']);
+    });
+
+    it('fails a job without a key, or with one over the limit, for good (UnrecoverableError), running nothing', async () => {
+      await startWorkers(refundOptions, 1);
+      let failing = nextFailure();
+      await queue.add('refund', { amount: 1 }, { jobId: 'r-3', attempts: 5 });
+      expect(await failing).toBeInstanceOf(UnrecoverableError);
+      failing = nextFailure();
+      const orderId = 'k'.repeat(DEFAULT_MAX_KEY_LENGTH + 1);
+      await queue.add('refund', { orderId, amount: 1 }, { jobId: 'r-3b', attempts: 5 });
+      expect(await failing).toBeInstanceOf(UnrecoverableError);
+      for (const id of ['r-3', 'r-3b']) expect((await queue.getJob(id))?.attemptsMade).toBe(1);
+      expect(effects).toEqual([]);
+    });
+
+    it('in strict mode, fails a job whose earlier outcome is unknown for good (UnrecoverableError)', async () => {
+      await startWorkers(refundOptions, 1);
+      // The first job's process threw (its only attempt): in strict mode the outcome is unknown.
+      let failing = nextFailure();
+      await queue.add('refund', { orderId: 'order-5', amount: 5, fail: true }, { jobId: 'r-4' });
+      expect((await failing).message).toBe('the provider timed out');
+      failing = nextFailure();
+      await queue.add('refund', { orderId: 'order-5', amount: 5 }, { jobId: 'r-5', attempts: 5 });
+      const error = await failing;
+      expect(error).toBeInstanceOf(UnrecoverableError);
+      expect(error.message).toContain('is unknown');
+      expect((await queue.getJob('r-5'))?.attemptsMade).toBe(1);
+      expect(effects.map((e) => e.jobId)).toEqual(['r-4']);
+    });
+
+    it("a process that throws fails the attempt and frees the key: BullMQ's next attempt runs it", async () => {
+      await startWorkers({ key: 'data.orderId', lease: '10s' }, 1);
+      const failing = nextFailure();
+      const job = await queue.add(
+        'charge',
+        { orderId: 'order-6', fail: true },
+        { jobId: 'c-1', attempts: 2 },
+      );
+      expect((await failing).message).toBe('the provider timed out');
+      // The second attempt runs again (and throws again): the key was free.
+      await expect(job.waitUntilFinished(events, 20_000)).rejects.toThrow('the provider timed out');
+      expect(effects.map((e) => e.jobId)).toEqual(['c-1', 'c-1']);
+    });
+
+    describe('when the store is down', () => {
+      let cuttable: CuttableStore;
+      beforeAll(async () => {
+        cuttable = await openCuttableStore('jobs_down');
+      });
+      afterAll(async () => {
+        await cuttable?.close();
+      });
+
+      it("fails the attempt with IdempotencyStoreUnavailableError; BullMQ's attempts and backoff run the job once the store is back", async () => {
+        await startWorkers({ key: 'data.orderId', lease: '10s' }, 1, cuttable);
+        await cuttable.cut();
+        let restored = false;
+        try {
+          const failing = nextFailure();
+          const job = await queue.add(
+            'charge',
+            { orderId: 'order-7' },
+            { jobId: 'c-2', attempts: 20, backoff: { type: 'fixed', delay: 200 } },
+          );
+          const error = await failing;
+          expect(error).toBeInstanceOf(IdempotencyStoreUnavailableError);
+          expect(error.message).not.toContain('order-7');
+          expect(effects).toEqual([]);
+          await cuttable.restore();
+          restored = true;
+          expect(await job.waitUntilFinished(events, 30_000)).toEqual({
+            charged: 'order-7',
+            by: 0,
+          });
+          expect(effects.map((e) => e.jobId)).toEqual(['c-2']);
+        } finally {
+          if (!restored) await cuttable.restore();
+        }
+      });
     });
   },
 );

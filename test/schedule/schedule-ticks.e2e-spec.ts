@@ -2,7 +2,14 @@ import { INestApplicationContext, Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Cron, Interval, ScheduleModule, Timeout } from '@nestjs/schedule';
 import { randomBytes } from 'node:crypto';
-import { IdempotencyConfigError, IdempotencyModule, Idempotent } from 'nest-idempotency';
+import {
+  IdempotencyConfigError,
+  IdempotencyLogger,
+  IdempotencyModule,
+  Idempotent,
+  IdempotentOptions,
+} from 'nest-idempotency';
+import { CuttableStore, openCuttableStore } from '../support/cuttable-store';
 import { Gate } from '../support/gate';
 import { describeIfRedis, probeRedisSync, redisUrl } from '../support/redis';
 import { openStore, OpenedStore, storeFromEnv } from '../support/stores';
@@ -162,6 +169,166 @@ describeIfRedis(probeRedisSync(), `Redis at ${redisUrl()}`)('@Cron tick takeover
     expect(takeover.tick - first.tick).toBeLessThan(5); // before the next tick
     expect(takeover.instance).not.toBe(died);
     expect(takeover.finished).toBe(true);
+  });
+});
+
+/**
+ * What the other instances do when a tick's run throws, and what an instance
+ * does when its store refuses: every-second ticks, each instance with its own
+ * logger (the door's warnings are how a refused tick shows).
+ */
+describe('@Cron ticks that throw or are refused, on PostgreSQL', () => {
+  type Attempt = { instance: number; tick: number; threw: boolean };
+  let attempts: Attempt[] = [];
+  let warnings: { instance: number; message: string }[] = [];
+  /** Set by a test: the first run of the first tick throws. */
+  let throwFirst = false;
+  const job = `refused-${randomBytes(4).toString('hex')}`;
+
+  function module(
+    instance: number,
+    store: () => Promise<OpenedStoreLike>,
+    options: IdempotentOptions,
+  ) {
+    const logger: IdempotencyLogger = {
+      warn: (message) => warnings.push({ instance, message }),
+      error: (message) => warnings.push({ instance, message }),
+    };
+    @Injectable()
+    class Reports {
+      @Cron('* * * * * *', { name: job })
+      @Idempotent(options)
+      tick(): void {
+        const attempt = { instance, tick: Math.floor(Date.now() / 1000), threw: false };
+        attempts.push(attempt);
+        if (throwFirst && attempts.length === 1) {
+          attempt.threw = true;
+          throw new Error('the report failed');
+        }
+      }
+    }
+    @Module({
+      imports: [
+        ScheduleModule.forRoot(),
+        IdempotencyModule.forRootAsync({
+          useFactory: async () => ({ store: (await store()).store, logger }),
+        }),
+      ],
+      providers: [Reports],
+    })
+    class AppModule {}
+    return AppModule;
+  }
+
+  async function start(
+    stores: (() => Promise<OpenedStoreLike & { close?: () => Promise<void> }>)[],
+    options: IdempotentOptions,
+  ): Promise<() => Promise<void>> {
+    const apps: INestApplicationContext[] = [];
+    const opened: (OpenedStoreLike & { close?: () => Promise<void> })[] = [];
+    for (const [instance, store] of stores.entries()) {
+      const own = await store();
+      opened.push(own);
+      apps.push(
+        await NestFactory.createApplicationContext(
+          module(instance, async () => own, options),
+          {
+            logger: false,
+          },
+        ),
+      );
+    }
+    return async () => {
+      for (const app of apps) await app.close();
+      for (const own of opened) await own.close?.().catch(() => undefined);
+    };
+  }
+
+  let opened: OpenedStore;
+  beforeAll(async () => {
+    opened = await openStore('postgres', 'ticks_refused');
+  });
+  afterAll(async () => {
+    await opened?.cleanup();
+  });
+  beforeEach(() => {
+    attempts = [];
+    warnings = [];
+    throwFirst = false;
+  });
+  const fromEnv = () => storeFromEnv(opened.env);
+
+  it('a run that throws frees the tick: an instance waiting on it runs it, in the same tick', async () => {
+    const stop = await start([fromEnv, fromEnv], { lease: '2s' });
+    // Both instances run now (a tick before that found one instance only).
+    attempts = [];
+    throwFirst = true;
+    try {
+      await waitFor(() => attempts.some((a) => !a.threw), 10_000);
+    } finally {
+      await stop();
+    }
+    const [failed, retried] = attempts;
+    expect(failed.threw).toBe(true);
+    expect(retried).toMatchObject({ tick: failed.tick, threw: false });
+    expect(retried.instance).not.toBe(failed.instance);
+  });
+
+  it('in strict mode, a run that throws leaves the tick unknown: the waiting instance logs idempotency-outcome-unknown and does not run it', async () => {
+    const stop = await start([fromEnv, fromEnv], { lease: '2s', onExpiredLease: 'refuse' });
+    attempts = [];
+    throwFirst = true;
+    try {
+      await waitFor(
+        () => warnings.some((w) => w.message.includes('(idempotency-outcome-unknown)')),
+        10_000,
+      );
+    } finally {
+      await stop();
+    }
+    const [failed] = attempts;
+    expect(failed.threw).toBe(true);
+    expect(attempts.filter((a) => a.tick === failed.tick)).toEqual([failed]);
+    const refused = warnings.find((w) => w.message.includes('(idempotency-outcome-unknown)'))!;
+    expect(refused.instance).not.toBe(failed.instance);
+    expect(refused.message).toContain('Reports.tick: the tick of ');
+    expect(refused.message).toContain('was not run on this instance');
+  });
+
+  describe('when the store is down', () => {
+    let cuttable: CuttableStore;
+    beforeAll(async () => {
+      cuttable = await openCuttableStore('ticks_down');
+    });
+    afterAll(async () => {
+      await cuttable?.close();
+    });
+
+    it('the tick is not run on the instance: one warning, idempotency-store-unavailable; ticks run again once it is back', async () => {
+      const stop = await start([async () => ({ store: cuttable.store })], { lease: '2s' });
+      let restored = false;
+      try {
+        await cuttable.cut();
+        attempts = []; // a tick may have run before the cut
+        warnings = [];
+        await waitFor(
+          () => warnings.some((w) => w.message.includes('(idempotency-store-unavailable)')),
+          10_000,
+        );
+        expect(attempts).toEqual([]);
+        const refused = warnings.find((w) =>
+          w.message.includes('(idempotency-store-unavailable)'),
+        )!;
+        expect(refused.message).toContain('Reports.tick: the tick of ');
+        expect(refused.message).toContain('was not run on this instance');
+        await cuttable.restore();
+        restored = true;
+        await waitFor(() => attempts.length > 0, 10_000);
+      } finally {
+        await stop();
+        if (!restored) await cuttable.restore();
+      }
+    });
   });
 });
 
