@@ -243,7 +243,7 @@ describe.each(CASES)('completion inside a $orm transaction (store on a $store)',
     await storePool?.end();
   });
 
-  it("the handler's row and the completion are invisible to other sessions until the commit; a duplicate replays", async () => {
+  it("the handler's row and the completion are invisible to other sessions until the commit; duplicates replay", async () => {
     const key = randomUUID();
     const account = await newAccount();
     const gate = hold(account);
@@ -252,6 +252,16 @@ describe.each(CASES)('completion inside a $orm transaction (store on a $store)',
     // The row is written, in the open transaction: no other session sees it, nor the completion.
     expect(await rows(account)).toBe(0);
     expect((await store.find({ scope: SCOPE, key }))?.state).toBe('IN_PROGRESS');
+    // A duplicate meanwhile waits (the record is then watched: the completion also
+    // sends its notification through the application's transaction).
+    const parked = new Promise<void>((resolve) => {
+      const off = store.onWait!(() => {
+        off();
+        resolve();
+      });
+    });
+    const waiting = send(url, 'POST', '/orm/entries', { key, body: { account, amount: 3 } });
+    await parked;
     gate.open();
     const done = await first;
     expect(done.status).toBe(201);
@@ -259,6 +269,10 @@ describe.each(CASES)('completion inside a $orm transaction (store on a $store)',
     expect(await rows(account)).toBe(1);
     expect((await store.find({ scope: SCOPE, key }))?.state).toBe('COMPLETE');
 
+    const waited = await waiting;
+    expect(waited.status).toBe(201);
+    expect(waited.headers.get('idempotent-replayed')).toBe('true');
+    expect(waited.text).toBe(done.text);
     gates.delete(account);
     const again = await send(url, 'POST', '/orm/entries', { key, body: { account, amount: 3 } });
     expect(again.status).toBe(201);
