@@ -200,103 +200,109 @@ afterAll(async () => {
   await dataSource.destroy();
 });
 
-describe.each(CASES)('completion inside a $orm transaction (store on a $store)', ({ orm, store: on }) => {
-  let app: INestApplication;
-  let url: string;
-  let orm_: Orm;
-  let store: IdempotencyStore & { find: PgIdempotencyStore['find']; close(): Promise<void> };
-  let storePool: Pool | undefined;
+describe.each(CASES)(
+  'completion inside a $orm transaction (store on a $store)',
+  ({ orm, store: on }) => {
+    let app: INestApplication;
+    let url: string;
+    let orm_: Orm;
+    let store: IdempotencyStore & { find: PgIdempotencyStore['find']; close(): Promise<void> };
+    let storePool: Pool | undefined;
 
-  beforeAll(async () => {
-    orm_ = await open(orm);
-    if (on === 'pg Pool') {
-      storePool = new Pool({ connectionString: testDatabaseUrl(), max: 5 });
-      store = new PgIdempotencyStore(storePool, { schema, ensureSchema: true });
-    } else {
-      store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
-    }
-    @Global()
-    @Module({
-      providers: [
-        { provide: ORM_CLIENT, useValue: orm_.client },
-        { provide: INSERT, useValue: orm_.insert },
-      ],
-      exports: [ORM_CLIENT, INSERT],
-    })
-    class OrmModule {}
-    ({ app, url } = await startHttpApp('express', {
-      imports: [
-        OrmModule,
-        ClsModule.forRoot({
-          global: true,
-          plugins: [new ClsPluginTransactional({ imports: [OrmModule], adapter: orm_.adapter })],
-        }),
-        IdempotencyModule.forRoot({ store }),
-      ],
-      controllers: [EntriesController],
-    }));
-  });
-  afterAll(async () => {
-    await app?.close();
-    await store?.close();
-    await orm_?.close();
-    await storePool?.end();
-  });
-
-  it("the handler's row and the completion are invisible to other sessions until the commit; duplicates replay", async () => {
-    const key = randomUUID();
-    const account = await newAccount();
-    const gate = hold(account);
-    const first = send(url, 'POST', '/orm/entries', { key, body: { account, amount: 3 } });
-    await gate.reached;
-    // The row is written, in the open transaction: no other session sees it, nor the completion.
-    expect(await rows(account)).toBe(0);
-    expect((await store.find({ scope: SCOPE, key }))?.state).toBe('IN_PROGRESS');
-    // A duplicate meanwhile waits (the record is then watched: the completion also
-    // sends its notification through the application's transaction).
-    const parked = new Promise<void>((resolve) => {
-      const off = store.onWait!(() => {
-        off();
-        resolve();
-      });
+    beforeAll(async () => {
+      orm_ = await open(orm);
+      if (on === 'pg Pool') {
+        storePool = new Pool({ connectionString: testDatabaseUrl(), max: 5 });
+        store = new PgIdempotencyStore(storePool, { schema, ensureSchema: true });
+      } else {
+        store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
+      }
+      @Global()
+      @Module({
+        providers: [
+          { provide: ORM_CLIENT, useValue: orm_.client },
+          { provide: INSERT, useValue: orm_.insert },
+        ],
+        exports: [ORM_CLIENT, INSERT],
+      })
+      class OrmModule {}
+      ({ app, url } = await startHttpApp('express', {
+        imports: [
+          OrmModule,
+          ClsModule.forRoot({
+            global: true,
+            plugins: [new ClsPluginTransactional({ imports: [OrmModule], adapter: orm_.adapter })],
+          }),
+          IdempotencyModule.forRoot({ store }),
+        ],
+        controllers: [EntriesController],
+      }));
     });
-    const waiting = send(url, 'POST', '/orm/entries', { key, body: { account, amount: 3 } });
-    await parked;
-    gate.open();
-    const done = await first;
-    expect(done.status).toBe(201);
-    expect(done.json()).toEqual({ account, amount: 3 });
-    expect(await rows(account)).toBe(1);
-    expect((await store.find({ scope: SCOPE, key }))?.state).toBe('COMPLETE');
+    afterAll(async () => {
+      await app?.close();
+      await store?.close();
+      await orm_?.close();
+      await storePool?.end();
+    });
 
-    const waited = await waiting;
-    expect(waited.status).toBe(201);
-    expect(waited.headers.get('idempotent-replayed')).toBe('true');
-    expect(waited.text).toBe(done.text);
-    gates.delete(account);
-    const again = await send(url, 'POST', '/orm/entries', { key, body: { account, amount: 3 } });
-    expect(again.status).toBe(201);
-    expect(again.headers.get('idempotent-replayed')).toBe('true');
-    expect(again.text).toBe(done.text);
-    expect(await rows(account)).toBe(1);
-  });
+    it("the handler's row and the completion are invisible to other sessions until the commit; duplicates replay", async () => {
+      const key = randomUUID();
+      const account = await newAccount();
+      const gate = hold(account);
+      const first = send(url, 'POST', '/orm/entries', { key, body: { account, amount: 3 } });
+      await gate.reached;
+      // The row is written, in the open transaction: no other session sees it, nor the completion.
+      expect(await rows(account)).toBe(0);
+      expect((await store.find({ scope: SCOPE, key }))?.state).toBe('IN_PROGRESS');
+      // A duplicate meanwhile waits (the record is then watched: the completion also
+      // sends its notification through the application's transaction).
+      const parked = new Promise<void>((resolve) => {
+        const off = store.onWait!(() => {
+          off();
+          resolve();
+        });
+      });
+      const waiting = send(url, 'POST', '/orm/entries', { key, body: { account, amount: 3 } });
+      await parked;
+      gate.open();
+      const done = await first;
+      expect(done.status).toBe(201);
+      expect(done.json()).toEqual({ account, amount: 3 });
+      expect(await rows(account)).toBe(1);
+      expect((await store.find({ scope: SCOPE, key }))?.state).toBe('COMPLETE');
 
-  it('a commit that fails leaves neither the row nor the completion, and the key runs again', async () => {
-    const key = randomUUID();
-    const account = randomUUID(); // not in accounts: the deferred foreign key fails the commit
-    const failed = await send(url, 'POST', '/orm/entries', { key, body: { account, amount: 5 } });
-    expect(failed.status).toBeGreaterThanOrEqual(500);
-    expect(await rows(account)).toBe(0);
-    expect(await store.find({ scope: SCOPE, key })).toBeNull();
+      const waited = await waiting;
+      expect(waited.status).toBe(201);
+      expect(waited.headers.get('idempotent-replayed')).toBe('true');
+      expect(waited.text).toBe(done.text);
+      gates.delete(account);
+      const again = await send(url, 'POST', '/orm/entries', { key, body: { account, amount: 3 } });
+      expect(again.status).toBe(201);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.text).toBe(done.text);
+      expect(await rows(account)).toBe(1);
+    });
 
-    await dataSource.query(`INSERT INTO "${schema}".accounts (name) VALUES ($1)`, [account]);
-    const retried = await send(url, 'POST', '/orm/entries', { key, body: { account, amount: 5 } });
-    expect(retried.status).toBe(201);
-    expect(retried.headers.get('idempotent-replayed')).toBeNull();
-    expect(await rows(account)).toBe(1);
-    expect((await store.find({ scope: SCOPE, key }))?.state).toBe('COMPLETE');
-  });
-});
+    it('a commit that fails leaves neither the row nor the completion, and the key runs again', async () => {
+      const key = randomUUID();
+      const account = randomUUID(); // not in accounts: the deferred foreign key fails the commit
+      const failed = await send(url, 'POST', '/orm/entries', { key, body: { account, amount: 5 } });
+      expect(failed.status).toBeGreaterThanOrEqual(500);
+      expect(await rows(account)).toBe(0);
+      expect(await store.find({ scope: SCOPE, key })).toBeNull();
+
+      await dataSource.query(`INSERT INTO "${schema}".accounts (name) VALUES ($1)`, [account]);
+      const retried = await send(url, 'POST', '/orm/entries', {
+        key,
+        body: { account, amount: 5 },
+      });
+      expect(retried.status).toBe(201);
+      expect(retried.headers.get('idempotent-replayed')).toBeNull();
+      expect(await rows(account)).toBe(1);
+      expect((await store.find({ scope: SCOPE, key }))?.state).toBe('COMPLETE');
+    });
+  },
+);
 
 describe('the Kysely adapter of docs/kysely.md', () => {
   it('is the one these tests run', () => {
@@ -306,9 +312,12 @@ describe('the Kysely adapter of docs/kysely.md', () => {
       path.join(root, 'test/support/transactional-adapter-kysely.ts'),
       'utf8',
     );
-    const code = (text: string) => text.slice(text.indexOf("import type { TransactionalAdapter }"));
+    const code = (text: string) => text.slice(text.indexOf('import type { TransactionalAdapter }'));
     const block = /```ts\n(\/\/ src\/transactional-adapter-kysely\.ts\n[\s\S]*?)```/.exec(page);
-    expect(block, 'docs/kysely.md has a block // src/transactional-adapter-kysely.ts').not.toBeNull();
+    expect(
+      block,
+      'docs/kysely.md has a block // src/transactional-adapter-kysely.ts',
+    ).not.toBeNull();
     expect(code(block![1])).toBe(code(support));
   });
 });

@@ -12,9 +12,11 @@ export interface KyselyTransactionOptions {
  * is the open `Transaction` inside `withTransaction` and `@Transactional()`,
  * the Kysely instance outside. A nested call joins the transaction it is in.
  */
-export class TransactionalAdapterKysely<DB>
-  implements TransactionalAdapter<Kysely<DB>, Kysely<DB>, KyselyTransactionOptions>
-{
+export class TransactionalAdapterKysely<DB> implements TransactionalAdapter<
+  Kysely<DB>,
+  Kysely<DB>,
+  KyselyTransactionOptions
+> {
   readonly connectionToken: unknown;
   readonly defaultTxOptions?: Partial<KyselyTransactionOptions>;
 

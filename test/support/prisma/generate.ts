@@ -17,10 +17,7 @@ export function generatePrismaClient(): void {
   const require = createRequire(__filename);
   const cli = require.resolve('prisma/build/index.js');
   const version = (require('prisma/package.json') as { version: string }).version;
-  const digest = createHash('sha256')
-    .update(fs.readFileSync(schema))
-    .update(version)
-    .digest('hex');
+  const digest = createHash('sha256').update(fs.readFileSync(schema)).update(version).digest('hex');
   if (fs.existsSync(stamp) && fs.readFileSync(stamp, 'utf8') === digest) return;
   execFileSync(process.execPath, [cli, 'generate', '--schema', schema], {
     env: {

@@ -64,11 +64,7 @@ export class PgIdempotencyStore extends SqlIdempotencyStore {
   readonly transactional: TransactionalCompletion<PoolClient> = {
     transaction: (work) => this.inTransaction(work),
     completeIn: (tx, lease, payload) =>
-      this.completeInTransaction(
-        transactionQueryOf(tx, 'PgIdempotencyStore'),
-        lease,
-        payload,
-      ),
+      this.completeInTransaction(transactionQueryOf(tx, 'PgIdempotencyStore'), lease, payload),
     afterCommit: (lease) => this.afterCommitted(lease),
   };
 

@@ -41,8 +41,7 @@ export function drizzleTransaction(tx: unknown): SqlTransaction | undefined {
       .split(PLACEHOLDER)
       .map((part, i) => (i % 2 === 0 ? sql.raw(part) : sql.param(values[Number(part) - 1])));
     const done = (await (db as DrizzleDatabase).execute(sql.join(chunks))) as
-      | unknown[]
-      | { rows: unknown[]; rowCount?: number | null };
+      unknown[] | { rows: unknown[]; rowCount?: number | null };
     if (Array.isArray(done)) return { rows: done, affected: done.length };
     return { rows: done.rows, affected: done.rowCount ?? done.rows.length };
   };
