@@ -11,7 +11,13 @@ import { ClsModule } from 'nestjs-cls';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Idempotent, IdempotencyModule, IdempotencyStore } from 'nest-idempotency';
+import {
+  Idempotent,
+  IdempotencyConfigError,
+  IdempotencyModule,
+  IdempotencyStore,
+} from 'nest-idempotency';
+import type { Lease } from 'nest-idempotency/core';
 import { PgIdempotencyStore } from 'nest-idempotency/pg';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { Pool } from 'pg';
@@ -281,6 +287,16 @@ describe.each(CASES)(
       expect(again.headers.get('idempotent-replayed')).toBe('true');
       expect(again.text).toBe(done.text);
       expect(await rows(account)).toBe(1);
+    });
+
+    it("refuses the ORM's client outside a transaction, whose statements would commit alone", () => {
+      const completeIn = store.transactional!.completeIn;
+      expect(() => completeIn(orm_.client, {} as Lease, Buffer.from('{}'))).toThrow(
+        IdempotencyConfigError,
+      );
+      expect(() => completeIn(orm_.client, {} as Lease, Buffer.from('{}'))).toThrow(
+        /not one of its transactions/,
+      );
     });
 
     it('a commit that fails leaves neither the row nor the completion, and the key runs again', async () => {
