@@ -22,8 +22,17 @@ const SCRIPTS = {
   'store-app': path.join(__dirname, 'store-app.ts'),
   /** A Nest app whose handlers write a row, in the completion's transaction or not (case 12). */
   'tx-app': path.join(__dirname, 'tx-app.ts'),
+  /** tx-app.ts's handler with the transaction of @nestjs-cls/transactional over an ORM (case 13). */
+  'orm-tx-app': path.join(__dirname, 'orm-tx-app.ts'),
 };
-const ENV_PREFIX = { worker: 'FW_', app: 'FA_', pg: 'FP_', 'store-app': 'FS_', 'tx-app': 'FT_' };
+const ENV_PREFIX = {
+  worker: 'FW_',
+  app: 'FA_',
+  pg: 'FP_',
+  'store-app': 'FS_',
+  'tx-app': 'FT_',
+  'orm-tx-app': 'FO_',
+};
 
 /** Every child any spec started; `stopAllChildren` (afterAll) ends those still alive. */
 const children = new Set<Child>();

@@ -10,7 +10,9 @@ export type OptionalPeer =
   | 'bullmq'
   | 'class-transformer'
   | 'cron'
+  | 'drizzle-orm'
   | 'graphql'
+  | 'kysely'
   | 'redis';
 
 type Preloaded = { loaded: true; module: unknown } | { loaded: false; error: unknown };

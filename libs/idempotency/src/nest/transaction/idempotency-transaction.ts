@@ -29,7 +29,12 @@ export class IdempotencyTransaction<Tx = unknown> {
     return current.getStore() !== undefined;
   }
 
-  /** The transaction's handle (a TypeORM `EntityManager` for the TypeORM store); throws outside such a call. */
+  /**
+   * The transaction's handle: the store's own (a TypeORM `EntityManager`, a
+   * `pg` client), or with `@nestjs-cls/transactional` its `TransactionHost.tx`
+   * (a Prisma, Drizzle or Kysely transaction with their adapters). Throws
+   * outside such a call.
+   */
   get manager(): Tx {
     const tx = current.getStore();
     if (tx === undefined) {

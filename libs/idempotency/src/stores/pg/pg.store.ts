@@ -3,9 +3,9 @@ import { describeInput } from '../../core/store-input';
 import { IdempotencyConfigError } from '../../core/errors';
 import { optionKeys, refuseUnknownOptions } from '../../core/option-keys';
 import type { TransactionalCompletion } from '../../core/store';
-import type { SqlTransaction } from '../sql/dialect';
 import { PostgresDialect } from '../sql/postgres/dialect';
 import { warningsOnly } from '../sql/query-log';
+import { transactionQueryOf } from '../sql/transaction-handles/handle';
 import { SqlIdempotencyStore, SqlStoreOptions } from '../sql/sql.store';
 
 export type PgIdempotencyStoreOptions = SqlStoreOptions;
@@ -54,24 +54,17 @@ export class PgIdempotencyStore extends SqlIdempotencyStore {
 
   /**
    * `completion: 'transaction'`: the handler's writes and the completion in one
-   * transaction on a client of this store's pool. `tx` is that client, inside
-   * `BEGIN` … `COMMIT` (`transaction` opens one; a client of your own in a
-   * transaction you opened on the same database works too).
+   * transaction on the same database. `transaction` opens one on a client of
+   * this store's pool (`tx` is that client, inside `BEGIN` … `COMMIT`);
+   * `completeIn` also takes the transaction of the application's own client
+   * or ORM: a pg client after BEGIN, a TypeORM EntityManager, a Prisma
+   * interactive transaction, a Drizzle or a Kysely transaction
+   * (`TransactionHost.tx` of @nestjs-cls/transactional).
    */
   readonly transactional: TransactionalCompletion<PoolClient> = {
     transaction: (work) => this.inTransaction(work),
-    completeIn: (tx, lease, payload) => {
-      if (!tx || typeof (tx as { query?: unknown }).query !== 'function') {
-        throw new IdempotencyConfigError(
-          `completion in a transaction needs the pg client of an open transaction (a PoolClient after BEGIN); got ${describeInput(tx)}`,
-        );
-      }
-      const statement: SqlTransaction = async (text, values) => {
-        const done = await tx.query(text, values);
-        return { rows: done.rows, affected: done.rowCount ?? 0 };
-      };
-      return this.completeInTransaction(statement, lease, payload);
-    },
+    completeIn: (tx, lease, payload) =>
+      this.completeInTransaction(transactionQueryOf(tx, 'PgIdempotencyStore'), lease, payload),
     afterCommit: (lease) => this.afterCommitted(lease),
   };
 

@@ -8,6 +8,8 @@ import { connectorOf } from '../sql/mysql/query';
 import { PostgresDialect } from '../sql/postgres/dialect';
 import { poolOf } from '../sql/postgres/pool';
 import { CrossInstancePollOption, SqlIdempotencyStore, SqlStoreOptions } from '../sql/sql.store';
+import { transactionQueryOf } from '../sql/transaction-handles/handle';
+import { runnerOf, typeormStatement } from '../sql/transaction-handles/typeorm';
 import { typeormQueryLog } from './typeorm.query-log';
 
 export interface TypeOrmIdempotencyStoreOptions extends SqlStoreOptions, CrossInstancePollOption {}
@@ -56,15 +58,25 @@ export class TypeOrmIdempotencyStore extends SqlIdempotencyStore {
 
   /**
    * `completion: 'transaction'`: the handler's writes and the completion in one
-   * transaction of this store's DataSource. `tx` is that transaction's
-   * EntityManager (`dataSource.transaction(manager => …)`, or
-   * `TransactionHost.tx` with @nestjs-cls/transactional).
+   * transaction. `tx` is a transaction's EntityManager of this store's
+   * DataSource (`dataSource.transaction(manager => …)`, or `TransactionHost.tx`
+   * with @nestjs-cls/transactional). On PostgreSQL, `completeIn` also takes
+   * the transaction of another client or ORM on the same database: a pg
+   * client after BEGIN, a Prisma interactive transaction, a Drizzle or a
+   * Kysely transaction (`TransactionHost.tx` with their adapters).
    */
   readonly transactional: TransactionalCompletion<EntityManager> = {
     transaction: (work) => this.dataSource.transaction((manager) => work(manager)),
-    completeIn: (tx, lease, payload) => {
-      const runner = tx.queryRunner;
-      if (!runner?.isTransactionActive) {
+    completeIn: (tx, lease, payload) =>
+      this.completeInTransaction(this.statementsOf(tx), lease, payload),
+    afterCommit: (lease) => this.afterCommitted(lease),
+  };
+
+  /** The statements of the open transaction `tx`: the DataSource's own, or (PostgreSQL) another client's. */
+  private statementsOf(tx: unknown): SqlTransaction {
+    const runner = runnerOf(tx);
+    if (runner) {
+      if (!runner.isTransactionActive) {
         throw new IdempotencyConfigError(
           'completion in a transaction needs the EntityManager of an open transaction (dataSource.transaction(manager => …) or TransactionHost.tx)',
         );
@@ -74,18 +86,15 @@ export class TypeOrmIdempotencyStore extends SqlIdempotencyStore {
           "completion in a transaction needs a transaction of the store's own DataSource; this EntityManager belongs to another",
         );
       }
-      const statement: SqlTransaction = async (text, values) => {
-        const done = await runner.query(text, values, true);
-        const raw = done.raw as { affectedRows?: number } | undefined;
-        return {
-          rows: Array.isArray(done.records) ? done.records : [],
-          affected: done.affected ?? raw?.affectedRows ?? 0,
-        };
-      };
-      return this.completeInTransaction(statement, lease, payload);
-    },
-    afterCommit: (lease) => this.afterCommitted(lease),
-  };
+      return typeormStatement(runner);
+    }
+    if (this.dataSource.options.type !== 'postgres') {
+      throw new IdempotencyConfigError(
+        `TypeOrmIdempotencyStore on ${this.dataSource.options.type}: completion in a transaction needs the EntityManager of a transaction of its DataSource; other clients' transactions are taken on PostgreSQL only`,
+      );
+    }
+    return transactionQueryOf(tx, 'TypeOrmIdempotencyStore');
+  }
 
   protected assertUsable(): void {
     if (!this.dataSource.isInitialized) {

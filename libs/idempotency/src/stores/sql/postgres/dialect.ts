@@ -344,7 +344,8 @@ export class PostgresDialect implements Dialect {
     if (rows.length === 0) return false;
     // Part of the caller's transaction: PostgreSQL delivers it when that commits. (Not
     // this.sql.notify, whose synchronous_commit setting would apply to the whole transaction.)
-    if (rows[0].watched) await tx('SELECT pg_notify($1, $2)', [this.channel, idHex]);
+    // A row, not pg_notify's void: not every client can read a void column back (Prisma cannot).
+    if (rows[0].watched) await tx('SELECT 1 AS sent FROM pg_notify($1, $2)', [this.channel, idHex]);
     return true;
   }
 
