@@ -1,5 +1,5 @@
 /**
- * The Nest HTTP application of case 13 (case 12's kill points, with the
+ * The Nest HTTP application of case 14 (case 12's kill points, with the
  * handler's transaction opened by @nestjs-cls/transactional over an ORM), in a
  * child process. Started with
  *   node -r @swc-node/register test/faults/support/orm-tx-app.ts

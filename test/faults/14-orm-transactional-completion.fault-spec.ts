@@ -1,5 +1,5 @@
 /**
- * Case 13: case 12's exactly-once run with the handler's transaction opened
+ * Case 14: case 12's exactly-once run with the handler's transaction opened
  * by @nestjs-cls/transactional over each ORM's adapter (Prisma, Drizzle,
  * Kysely, TypeORM), the record completed by `PgIdempotencyStore` through that
  * same transaction (orm-tx-app.ts).
@@ -74,7 +74,7 @@ async function post(
 }
 
 describe.each(ORMS)(
-  "fault 13: SIGKILL around the handler's insert, completion in a %s transaction through @nestjs-cls/transactional",
+  "fault 14: SIGKILL around the handler's insert, completion in a %s transaction through @nestjs-cls/transactional",
   (orm) => {
     const schema = scratchSchema(`fault_orm_${orm}`);
     let admin: DataSource;
@@ -195,10 +195,10 @@ describe.each(ORMS)(
       const tries = results.reduce((n, r) => n + r.tries, 0);
       const trafficMs = Date.now() - started;
       console.log(
-        `[fault 13 ${orm}] ${rounds} doomed processes SIGKILLed; ${KEYS_PER_ORM} keys, ${rows.length} rows; ${tries} retries to a 2xx; ${trafficMs} ms`,
+        `[fault 14 ${orm}] ${rounds} doomed processes SIGKILLed; ${KEYS_PER_ORM} keys, ${rows.length} rows; ${tries} retries to a 2xx; ${trafficMs} ms`,
       );
       recordResult({
-        case: 13,
+        case: 14,
         title: `Killed around the handler's insert (${orm} transaction via @nestjs-cls/transactional)`,
         executionsExpected: KEYS_PER_ORM,
         executionsObserved: rows.length,
