@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModulesContainer, Reflector } from '@nestjs/core';
 import { IdempotencyConfigError } from '../core/errors';
 import {
@@ -241,7 +241,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       return;
     if (plan.key.kind === 'header') return;
     if (this.settings.options.tenant !== undefined) return;
-    (this.settings.options.logger ?? new Logger('Idempotency')).warn(
+    this.settings.logger.warn(
       `${plan.where}: its key comes from the request (key: ${keySourceText(plan)}), and no tenant option says whose records are whose; a request whose request.user has no id or sub shares its record with every caller who sends the same key. Set tenant (a function of the ExecutionContext), or tenant: false to share records on purpose`,
     );
   }

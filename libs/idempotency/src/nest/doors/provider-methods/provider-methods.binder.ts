@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { IdempotencyEngine } from '../../../core/engine';
 import { IdempotencyConfigError } from '../../../core/errors';
@@ -51,7 +51,7 @@ export class ProviderMethodsBinder {
     transactions: IdempotencyTransactionRunner,
     private readonly reflector: Reflector,
   ) {
-    const logger = settings.options.logger ?? new Logger('Idempotency');
+    const logger = settings.logger;
     this.jobs = new JobDoor(engine, settings, logger, transactions);
     this.ticks = new TickDoor(engine, logger, transactions);
   }
