@@ -8,7 +8,6 @@ import { instrumentIdempotencyEngine, TracingIdempotencyStore } from '../telemet
 import { GatewayDoor } from './doors/gateway/gateway.door';
 import { GraphqlDoor } from './doors/graphql/graphql.door';
 import { GrpcDoor } from './doors/grpc/grpc.door';
-import { ProviderMethodDoor } from './doors/provider-method/provider-method.door';
 import { HttpDoor } from './doors/http/http.door';
 import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
@@ -62,15 +61,6 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
     doorProvider(GrpcDoor),
     doorProvider(GraphqlDoor),
     doorProvider(GatewayDoor),
-    {
-      provide: ProviderMethodDoor,
-      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
-      useFactory: (
-        engine: IdempotencyEngine,
-        settings: ModuleSettings,
-        transactions: IdempotencyTransactionRunner,
-      ) => new ProviderMethodDoor(engine, settings, transactions),
-    },
     IdempotencyTransactionRunner,
     IdempotencyTransaction,
     IdempotencyExplorer,
