@@ -20,7 +20,7 @@ import { describeEachStore, OpenedStore, openStore } from '../support/stores';
 
 /**
  * `@Idempotent` on a CQRS `@CommandHandler`'s `execute(command)`, which Nest
- * does not intercept: the explorer wraps the handler at bootstrap, so
+ * does not intercept: the handler's `execute` is bound to its door at bootstrap, so
  * `CommandBus.execute` runs a command once per `command.orderId` and hands
  * every duplicate the stored result.
  */

@@ -3,12 +3,10 @@ import { Cluster, Redis } from 'ioredis';
 import { createClient } from 'redis';
 import {
   AcquireRequest,
-  AcquireResult,
   encodeValue,
   IdempotencyConfigError,
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
-  Lease,
 } from 'nest-idempotency';
 import { RedisIdempotencyStore } from '../../libs/idempotency/src/redis';
 import { connectIoredis, connectIoredisCluster } from '../support/ioredis';
@@ -21,6 +19,7 @@ import {
   startRedisServer,
   startStandalone,
 } from '../support/redis-server';
+import { acquired, acquireRequest, StoreLogs } from '../support/store-assertions';
 
 /**
  * What the conformance kit cannot see, for a store on ioredis: the client
@@ -31,27 +30,8 @@ import {
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-class Logs {
-  readonly lines: string[] = [];
-  warn = (m: string) => void this.lines.push(`warn: ${m}`);
-  error = (m: string) => void this.lines.push(`error: ${m}`);
-  debug = (m: string) => void this.lines.push(`debug: ${m}`);
-}
-
-const request = (scope: string, key: string): AcquireRequest => ({
-  scope,
-  key,
-  leaseMs: 10_000,
-  waitTimeoutMs: 0,
-  ttlMs: 60_000,
-  fingerprint: null,
-});
-
-async function acquired(result: Promise<AcquireResult>): Promise<Lease> {
-  const r = await result;
-  expect(r.kind).toBe('acquired');
-  return (r as { lease: Lease }).lease;
-}
+const request = (scope: string, key: string, overrides: Partial<AcquireRequest> = {}) =>
+  acquireRequest(scope, key, { leaseMs: 10_000, ttlMs: 60_000, ...overrides });
 
 describe('RedisIdempotencyStore on ioredis: the client', () => {
   it('tells an ioredis Redis and Cluster apart without connecting them, and says so', () => {
@@ -130,7 +110,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       const [master, replica] = servers.servers;
       const client = await connectIoredis(master.url);
       const replicaAdmin = await connectIoredis(replica.url);
-      const logs = new Logs();
+      const logs = new StoreLogs();
       const prefix = `wait-${randomUUID()}:`;
       const store = new RedisIdempotencyStore(client, {
         keyPrefix: prefix,
@@ -183,7 +163,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       client.on('error', () => undefined);
       const store = new RedisIdempotencyStore(client, {
         operationTimeoutMs: 500,
-        logger: new Logs(),
+        logger: new StoreLogs(),
       });
       try {
         const lease = await acquired(store.tryAcquire(request('s', 'k')));
@@ -225,7 +205,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
 
     it("sends WAIT to the master of the record's slot: only a record whose master lost its replica warns", async () => {
       const client = await connectIoredisCluster(servers.ports);
-      const logs = new Logs();
+      const logs = new StoreLogs();
       const prefix = `cwait-${randomUUID()}:`;
       const store = new RedisIdempotencyStore(client, {
         keyPrefix: prefix,

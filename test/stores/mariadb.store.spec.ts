@@ -1,17 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { DataSource, DataSourceOptions, Logger } from 'typeorm';
 import {
-  AcquireRequest,
-  AcquireResult,
-  decodeValue,
   encodeValue,
   IdempotencyEngine,
   IdempotencyPayloadError,
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
   keyDigest,
-  Lease,
-  ReplayedRecord,
 } from 'nest-idempotency';
 import {
   createIdempotencyMigrations,
@@ -19,8 +14,16 @@ import {
   TypeOrmIdempotencyStoreOptions,
 } from 'nest-idempotency/typeorm';
 import { dropTable, mariadbAvailable, openMysqlDataSource, scratchTable } from '../support/mariadb';
+import {
+  acquireRequest,
+  cleanupsAfterEach,
+  expectReplayOf,
+  leaseOf,
+  quiet,
+  rejection,
+  settlesWithin,
+} from '../support/store-assertions';
 
-const quiet = { warn: () => undefined, error: () => undefined };
 type MysqlType = 'mysql' | 'mariadb';
 
 /** Every statement the DataSource's logger is shown, with its parameters. */
@@ -105,41 +108,6 @@ interface MysqlPool {
   getConnection(callback: (error: Error | null, connection?: MysqlConnection) => void): void;
 }
 
-/** Fails with a clear message instead of letting a hang run into the test timeout. */
-async function settlesWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const hang = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, hang]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-function leaseOf(result: AcquireResult): Lease {
-  if (result.kind !== 'acquired') throw new Error(`expected to acquire, got ${result.kind}`);
-  return result.lease;
-}
-
-function expectReplayOf(result: AcquireResult, value: unknown): ReplayedRecord {
-  if (result.kind !== 'duplicate') throw new Error(`expected a replay, got ${result.kind}`);
-  expect(result.completedAt).toBeInstanceOf(Date);
-  expect(result.payload.equals(encodeValue(value))).toBe(true);
-  expect(decodeValue(result.payload)).toEqual(value);
-  return result;
-}
-
-async function rejection(promise: Promise<unknown>): Promise<Error> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as Error;
-  }
-  throw new Error('expected a rejection');
-}
-
 const percentile = (values: number[], p: number) => {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
@@ -150,14 +118,10 @@ describe.runIf(mariadbAvailable())(
   'TypeOrmIdempotencyStore on MariaDB: what only MariaDB has',
   () => {
     let admin: DataSource;
-    const cleanups: Array<() => Promise<unknown>> = [];
+    const defer = cleanupsAfterEach();
 
     beforeAll(async () => {
       admin = await openMysqlDataSource();
-    });
-    afterEach(async () => {
-      vi.restoreAllMocks();
-      for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
     });
     afterAll(async () => {
       await admin?.destroy();
@@ -166,7 +130,7 @@ describe.runIf(mariadbAvailable())(
     /** A table name of this test's own, dropped after it. */
     function newTable(prefix = 'store'): string {
       const table = scratchTable(prefix);
-      cleanups.push(() => dropTable(admin, table));
+      defer(() => dropTable(admin, table));
       return table;
     }
 
@@ -174,7 +138,7 @@ describe.runIf(mariadbAvailable())(
       options: Partial<DataSourceOptions> & { type?: MysqlType } = {},
     ): Promise<DataSource> {
       const dataSource = await openMysqlDataSource(options);
-      cleanups.push(() => (dataSource.isInitialized ? dataSource.destroy() : Promise.resolve()));
+      defer(() => (dataSource.isInitialized ? dataSource.destroy() : Promise.resolve()));
       return dataSource;
     }
 
@@ -183,23 +147,9 @@ describe.runIf(mariadbAvailable())(
       options: TypeOrmIdempotencyStoreOptions,
     ): TypeOrmIdempotencyStore {
       const store = new TypeOrmIdempotencyStore(dataSource, { logger: quiet, ...options });
-      cleanups.push(() => store.close());
+      defer(() => store.close());
       return store;
     }
-
-    const request = (
-      scope: string,
-      key: string,
-      overrides: Partial<AcquireRequest> = {},
-    ): AcquireRequest => ({
-      scope,
-      key,
-      leaseMs: 30_000,
-      waitTimeoutMs: 0,
-      ttlMs: 3_600_000,
-      fingerprint: null,
-      ...overrides,
-    });
 
     async function tableExists(table: string): Promise<boolean> {
       const rows = await admin.query(
@@ -210,10 +160,10 @@ describe.runIf(mariadbAvailable())(
     }
 
     async function roundTrip(store: TypeOrmIdempotencyStore): Promise<void> {
-      const acquired = await store.tryAcquire(request('s', 'k', { ttlMs: 60_000 }));
+      const acquired = await store.tryAcquire(acquireRequest('s', 'k', { ttlMs: 60_000 }));
       expect(acquired.kind).toBe('acquired');
       await store.complete(leaseOf(acquired), encodeValue(1));
-      expectReplayOf(await store.tryAcquire(request('s', 'k')), 1);
+      expectReplayOf(await store.tryAcquire(acquireRequest('s', 'k')), 1);
     }
 
     describe('schema', () => {
@@ -235,12 +185,12 @@ describe.runIf(mariadbAvailable())(
         const store = newStore(admin, { table, ensureSchema: true });
         const payload = Buffer.alloc(1024 * 1024, 0);
         for (let i = 0; i < payload.length; i++) payload[i] = (i * 7919) % 256;
-        const lease = leaseOf(await store.tryAcquire(request('s', 'big')));
+        const lease = leaseOf(await store.tryAcquire(acquireRequest('s', 'big')));
         await expect(
           store.complete(lease, Buffer.concat([payload, Buffer.from('x')])),
         ).rejects.toThrow(IdempotencyPayloadError);
         await store.complete(lease, payload);
-        const replay = await store.tryAcquire(request('s', 'big'));
+        const replay = await store.tryAcquire(acquireRequest('s', 'big'));
         expect(replay.kind === 'duplicate' && replay.payload.equals(payload)).toBe(true);
       });
     });
@@ -251,7 +201,7 @@ describe.runIf(mariadbAvailable())(
         async (type) => {
           const table = newTable('migrated');
           const migrationsTableName = scratchTable('migrations');
-          cleanups.push(() => dropTable(admin, migrationsTableName));
+          defer(() => dropTable(admin, migrationsTableName));
           const migrations = await newDataSource({
             type,
             migrationsTableName,
@@ -291,7 +241,7 @@ describe.runIf(mariadbAvailable())(
       it('creates the table in the database named as schema', async () => {
         const table = newTable('named');
         const migrationsTableName = scratchTable('migrations');
-        cleanups.push(() => dropTable(admin, migrationsTableName));
+        defer(() => dropTable(admin, migrationsTableName));
         const migrations = await newDataSource({
           migrationsTableName,
           migrations: createIdempotencyMigrations({ schema: 'test', table }),
@@ -386,10 +336,10 @@ describe.runIf(mariadbAvailable())(
         const dataSource = await newDataSource({ poolSize: 1 });
         const store = newStore(dataSource, { table, ensureSchema: true });
         await roundTrip(store);
-        const warm = leaseOf(await store.tryAcquire(request('s', 'warm')));
+        const warm = leaseOf(await store.tryAcquire(acquireRequest('s', 'warm')));
         await store.extend(warm);
         await store.release(warm);
-        const lease = leaseOf(await store.tryAcquire(request('s', 'held')));
+        const lease = leaseOf(await store.tryAcquire(acquireRequest('s', 'held')));
         const { sent, stop } = await countCommands(dataSource);
         const trips = async (call: () => Promise<unknown>) => {
           sent.length = 0;
@@ -398,7 +348,7 @@ describe.runIf(mariadbAvailable())(
         };
         try {
           expect(await trips(() => store.extend(lease))).toEqual(['Execute']);
-          expect(await trips(() => store.tryAcquire(request('s', 'held')))).toEqual([
+          expect(await trips(() => store.tryAcquire(acquireRequest('s', 'held')))).toEqual([
             'Execute',
             'Execute',
           ]);
@@ -416,15 +366,19 @@ describe.runIf(mariadbAvailable())(
         const store = newStore(dataSource, { table: newTable(), ensureSchema: true });
         await store.init();
         // Replays teach scope 'r' to peek first.
-        const done = leaseOf(await store.tryAcquire(request('r', 'done', { ttlMs: 60_000 })));
+        const done = leaseOf(
+          await store.tryAcquire(acquireRequest('r', 'done', { ttlMs: 60_000 })),
+        );
         await store.complete(done, encodeValue('result'));
         for (let i = 0; i < 8; i++)
-          expectReplayOf(await store.tryAcquire(request('r', 'done')), 'result');
-        const held = leaseOf(await store.tryAcquire(request('r', 'unknown')));
+          expectReplayOf(await store.tryAcquire(acquireRequest('r', 'done')), 'result');
+        const held = leaseOf(await store.tryAcquire(acquireRequest('r', 'unknown')));
         await store.strictMode.markAmbiguous(held, 'action-failed');
         const { sent, stop } = await countCommands(dataSource);
         try {
-          const found = await store.tryAcquire(request('r', 'unknown', { waitTimeoutMs: 0 }));
+          const found = await store.tryAcquire(
+            acquireRequest('r', 'unknown', { waitTimeoutMs: 0 }),
+          );
           expect(found).toMatchObject({ kind: 'ambiguous', reason: 'action-failed' });
           expect((found as { since: Date }).since).toBeInstanceOf(Date);
           // (The read of since and why is prepared on its first use here: not counted.)
@@ -444,19 +398,21 @@ describe.runIf(mariadbAvailable())(
           const table = newTable();
           const store = newStore(dataSource, { table, ensureSchema: true });
           await store.init();
-          const done = leaseOf(await store.tryAcquire(request('p', 'done', { ttlMs: 60_000 })));
+          const done = leaseOf(
+            await store.tryAcquire(acquireRequest('p', 'done', { ttlMs: 60_000 })),
+          );
           await store.complete(done, encodeValue('result'));
           for (let i = 0; i < 8; i++)
-            expectReplayOf(await store.tryAcquire(request('p', 'done')), 'result');
+            expectReplayOf(await store.tryAcquire(acquireRequest('p', 'done')), 'result');
           // The peek finds nothing: the acquiring statement inserts.
-          const fresh = await store.tryAcquire(request('p', 'new'));
+          const fresh = await store.tryAcquire(acquireRequest('p', 'new'));
           expect(fresh).toMatchObject({ kind: 'acquired' });
           expect((fresh as { stolen?: boolean }).stolen).not.toBe(true);
           // Its lease ended on the database's clock: the peek finds it stealable, the acquire takes it.
           await admin.query(
             `UPDATE \`${table}\` SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE \`key\` = 'new'`,
           );
-          const taken = await store.tryAcquire(request('p', 'new'));
+          const taken = await store.tryAcquire(acquireRequest('p', 'new'));
           expect(taken).toMatchObject({ kind: 'acquired', stolen: true });
           await expect(store.complete(leaseOf(fresh), encodeValue('stale'))).rejects.toThrow(
             /no longer held/,
@@ -494,24 +450,24 @@ describe.runIf(mariadbAvailable())(
           const table = newTable();
           const store = newStore(admin, { table, ensureSchema: true });
           await store.init();
-          leaseOf(await store.tryAcquire(request('s', 'live', { leaseMs: 10_000 })));
-          const done = await store.tryAcquire(request('s', 'done', { ttlMs: 60_000 }));
+          leaseOf(await store.tryAcquire(acquireRequest('s', 'live', { leaseMs: 10_000 })));
+          const done = await store.tryAcquire(acquireRequest('s', 'done', { ttlMs: 60_000 }));
           await store.complete(leaseOf(done), encodeValue('result'));
-          leaseOf(await store.tryAcquire(request('s', 'short', { leaseMs: 100 })));
+          leaseOf(await store.tryAcquire(acquireRequest('s', 'short', { leaseMs: 100 })));
           await new Promise((resolve) => setTimeout(resolve, 200)); // let the 100 ms lease run out
 
           const realNow = Date.now.bind(Date);
           vi.spyOn(Date, 'now').mockImplementation(() => realNow() + skewMs);
 
-          const again = await store.tryAcquire(request('s', 'live'));
+          const again = await store.tryAcquire(acquireRequest('s', 'live'));
           expect(again.kind).toBe('in-flight');
           expect((again as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(5000);
           expect((again as { retryAfterMs: number }).retryAfterMs).toBeLessThanOrEqual(10_000);
           await expect(store.find({ scope: 's', key: 'live' })).resolves.toMatchObject({
             leaseExpired: false,
           });
-          expectReplayOf(await store.tryAcquire(request('s', 'done')), 'result');
-          await expect(store.tryAcquire(request('s', 'short'))).resolves.toMatchObject({
+          expectReplayOf(await store.tryAcquire(acquireRequest('s', 'done')), 'result');
+          await expect(store.tryAcquire(acquireRequest('s', 'short'))).resolves.toMatchObject({
             kind: 'acquired',
           });
           expect(Date.now).toHaveBeenCalled();
@@ -527,11 +483,11 @@ describe.runIf(mariadbAvailable())(
         const early = newStore(ahead, { table });
         const onTime = newStore(admin, { table });
 
-        const lease = leaseOf(await early.tryAcquire(request('s', 'k', { leaseMs: 1000 })));
+        const lease = leaseOf(await early.tryAcquire(acquireRequest('s', 'k', { leaseMs: 1000 })));
         await new Promise((resolve) => setTimeout(resolve, 1200));
 
         // By the real clock the 1 s lease ends in 2 h: nobody may take it over.
-        const contended = await onTime.tryAcquire(request('s', 'k'));
+        const contended = await onTime.tryAcquire(acquireRequest('s', 'k'));
         expect(contended.kind).toBe('in-flight');
         const retryAfterMs = (contended as { retryAfterMs: number }).retryAfterMs;
         expect(retryAfterMs).toBeGreaterThan(7_100_000);
@@ -549,7 +505,7 @@ describe.runIf(mariadbAvailable())(
         const store = newStore(elsewhere, { table });
         const century = 100 * 365 * 86_400_000;
 
-        const lease = leaseOf(await store.tryAcquire(request('s', 'k', { ttlMs: century })));
+        const lease = leaseOf(await store.tryAcquire(acquireRequest('s', 'k', { ttlMs: century })));
         await store.complete(lease, encodeValue('kept'));
 
         const [row] = await admin.query(
@@ -562,7 +518,7 @@ describe.runIf(mariadbAvailable())(
         const view = await store.find({ scope: 's', key: 'k' });
         expect(Math.abs(view!.completedAt!.getTime() - Date.now())).toBeLessThan(2000);
         expect(view!.expiresAt.getTime() - Date.now()).toBeGreaterThan(century - 5000);
-        const replay = expectReplayOf(await store.tryAcquire(request('s', 'k')), 'kept');
+        const replay = expectReplayOf(await store.tryAcquire(acquireRequest('s', 'k')), 'kept');
         expect(replay.expiresInMs).toBeGreaterThan(century - 5000);
       });
     });
@@ -574,7 +530,7 @@ describe.runIf(mariadbAvailable())(
         const store = newStore(dataSource, { table, ensureSchema: true });
         await store.init();
         await dataSource.destroy();
-        const error = await rejection(store.tryAcquire(request('s', 'k')));
+        const error = await rejection(store.tryAcquire(acquireRequest('s', 'k')));
         expect(error).toBeInstanceOf(IdempotencyStoreUnavailableError);
       });
     });
@@ -596,17 +552,17 @@ describe.runIf(mariadbAvailable())(
 
         // acquire, extend, a waiting look on the other instance (so its poll runs), complete,
         // a replay, find, list, release, purge
-        const lease = leaseOf(await store.tryAcquire(request(scope, key)));
+        const lease = leaseOf(await store.tryAcquire(acquireRequest(scope, key)));
         await expect(store.extend(lease)).resolves.toBe(true);
         await expect(
-          other.tryAcquire(request(scope, key, { waitTimeoutMs: 100 })),
+          other.tryAcquire(acquireRequest(scope, key, { waitTimeoutMs: 100 })),
         ).resolves.toMatchObject({ kind: 'in-flight' });
         await store.complete(lease, payload);
-        const replay = await store.tryAcquire(request(scope, key));
+        const replay = await store.tryAcquire(acquireRequest(scope, key));
         expect(replay.kind === 'duplicate' && replay.payload.equals(payload)).toBe(true);
         expect((await store.find({ scope, key }))?.payload?.equals(payload)).toBe(true);
         expect((await store.list({ scope })).some((r) => r.payload?.equals(payload))).toBe(true);
-        await store.release(leaseOf(await store.tryAcquire(request(scope, released))));
+        await store.release(leaseOf(await store.tryAcquire(acquireRequest(scope, released))));
         await store.purgeExpired();
 
         const texts = logger.entries.filter((e) => e.method === 'logQuery').map((e) => e.query);
@@ -647,7 +603,7 @@ describe.runIf(mariadbAvailable())(
         const store = newStore(dataSource, { table, ensureSchema: true });
         await store.init();
         await admin.query(`DROP TABLE \`${table}\``);
-        await expect(store.tryAcquire(request('s', 'k'))).rejects.toThrow(/doesn't exist/);
+        await expect(store.tryAcquire(acquireRequest('s', 'k'))).rejects.toThrow(/doesn't exist/);
       });
     });
 
@@ -661,17 +617,19 @@ describe.runIf(mariadbAvailable())(
         // Fallback poll far beyond the test: only the poll for changes can wake them.
         const store = newStore(waiterSource, { table, pollIntervalMs: 60_000 });
         await store.init();
-        const held = leaseOf(await holder.tryAcquire(request('s', 'hot', { ttlMs: 60_000 })));
+        const held = leaseOf(
+          await holder.tryAcquire(acquireRequest('s', 'hot', { ttlMs: 60_000 })),
+        );
         let waits = 0;
         let allWaiting!: () => void;
         const twentyWaiting = new Promise<void>((resolve) => (allWaiting = resolve));
         const stop = store.onWait((scope) => {
           if (scope === 's' && ++waits === 20) allWaiting();
         });
-        cleanups.push(async () => stop());
+        defer(async () => stop());
 
         const waiters = Array.from({ length: 20 }, () =>
-          store.tryAcquire(request('s', 'hot', { waitTimeoutMs: 10_000 })),
+          store.tryAcquire(acquireRequest('s', 'hot', { waitTimeoutMs: 10_000 })),
         );
         await settlesWithin(twentyWaiting, 5000, 'all 20 duplicates starting to wait');
         const { sent, stop: stopCounting } = await countCommands(waiterSource);
@@ -701,12 +659,12 @@ describe.runIf(mariadbAvailable())(
         await store.init();
         const keys = Array.from({ length: 200 }, (_, i) => `k${i}`);
         const leases = await Promise.all(
-          keys.map(async (key) => leaseOf(await holder.tryAcquire(request('s', key)))),
+          keys.map(async (key) => leaseOf(await holder.tryAcquire(acquireRequest('s', key)))),
         );
         // Waiters arrive over 100 ms, one record each.
         const waiters = keys.map(async (key, i) => {
           await new Promise((resolve) => setTimeout(resolve, i / 2));
-          return store.tryAcquire(request('s', key, { waitTimeoutMs: 10_000 }));
+          return store.tryAcquire(acquireRequest('s', key, { waitTimeoutMs: 10_000 }));
         });
         await new Promise((resolve) => setTimeout(resolve, 300));
         const { sent, stop } = await countCommands(waiterSource);
@@ -742,7 +700,7 @@ describe.runIf(mariadbAvailable())(
           holdMs: number,
         ): Promise<[number, number]> {
           const scope = `wake-${randomUUID()}`;
-          const lease = leaseOf(await holder.tryAcquire(request(scope, 'k')));
+          const lease = leaseOf(await holder.tryAcquire(acquireRequest(scope, 'k')));
           const waiting = new Promise<void>((resolve) => {
             const stop = waiter.onWait(() => {
               stop();
@@ -751,7 +709,7 @@ describe.runIf(mariadbAvailable())(
           });
           let settledAt = 0;
           const result = waiter
-            .tryAcquire(request(scope, 'k', { waitTimeoutMs: 10_000 }))
+            .tryAcquire(acquireRequest(scope, 'k', { waitTimeoutMs: 10_000 }))
             .finally(() => (settledAt = performance.now()));
           await waiting;
           if (holdMs > 0) await new Promise((resolve) => setTimeout(resolve, holdMs));
@@ -804,7 +762,7 @@ describe.runIf(mariadbAvailable())(
               Array.from({ length: 50 }, async (_, i) => {
                 const store = stores[i % 2];
                 const result = await store.tryAcquire(
-                  request('race', 'hot', { waitTimeoutMs: 15_000 }),
+                  acquireRequest('race', 'hot', { waitTimeoutMs: 15_000 }),
                 );
                 if (result.kind === 'acquired') {
                   await new Promise((resolve) => setImmediate(resolve));

@@ -10,14 +10,13 @@ import {
 } from 'nest-idempotency/mysql';
 import { mariadbAvailable, scratchTable } from '../support/mariadb';
 import { endPool, MysqlApi, openMysqlPool, poolQuery } from './mysql-pool-harness';
+import { acquireRequest, quiet } from '../support/store-assertions';
 
 /**
  * What the mysql2 pool store adds to the contract (mysql-pool.contract.spec.ts),
  * on either mysql2 API: its migrations (plain SQL and a function), the
  * application's pool left open, an ended pool, and what it refuses.
  */
-
-const quiet = { warn: () => undefined, error: () => undefined };
 
 describe.runIf(mariadbAvailable())(
   'MysqlIdempotencyStore (a mysql2 pool of the application)',
@@ -35,14 +34,7 @@ describe.runIf(mariadbAvailable())(
       return made;
     };
     const acquire = (store: MysqlIdempotencyStore, scope: string, key: string) =>
-      store.tryAcquire({
-        scope,
-        key,
-        leaseMs: 30_000,
-        ttlMs: 60_000,
-        waitTimeoutMs: 0,
-        fingerprint: null,
-      });
+      store.tryAcquire(acquireRequest(scope, key, { ttlMs: 60_000 }));
 
     afterAll(async () => {
       const admin = pool('promise');

@@ -4,7 +4,6 @@ import {
   encodeValue,
   IdempotencyConfigError,
   IdempotencyStoreUnavailableError,
-  Lease,
 } from 'nest-idempotency';
 import {
   migratePgIdempotencyTable,
@@ -15,6 +14,7 @@ import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { channelFor, recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
 import { openPool } from './pg-pool-harness';
+import { acquireRequest, leaseOf, quiet } from '../support/store-assertions';
 
 /**
  * What the `pg` pool store adds to the contract (pg-pool.contract.spec.ts):
@@ -22,8 +22,6 @@ import { openPool } from './pg-pool-harness';
  * function), the application's pool left open, the records it shares with
  * the TypeORM front, and completion in a transaction on a pool client.
  */
-
-const quiet = { warn: () => undefined, error: () => undefined };
 
 describe('PgIdempotencyStore (a pg Pool of the application)', () => {
   const pools: ReturnType<typeof openPool>[] = [];
@@ -39,19 +37,7 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
     return made;
   };
   const acquire = (store: PgIdempotencyStore, scope: string, key: string, waitTimeoutMs = 0) =>
-    store.tryAcquire({
-      scope,
-      key,
-      leaseMs: 30_000,
-      ttlMs: 60_000,
-      waitTimeoutMs,
-      fingerprint: null,
-    });
-  const leaseOf = async (store: PgIdempotencyStore, scope: string, key: string): Promise<Lease> => {
-    const result = await acquire(store, scope, key);
-    if (result.kind !== 'acquired') throw new Error(`expected to acquire, got ${result.kind}`);
-    return result.lease;
-  };
+    store.tryAcquire(acquireRequest(scope, key, { ttlMs: 60_000, waitTimeoutMs }));
 
   afterAll(async () => {
     const admin = pool();
@@ -91,7 +77,7 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
     await spy.query(`LISTEN "${channel}"`);
     try {
       const scope = 'Orders.place';
-      const lease = await leaseOf(a, scope, 'wake-1');
+      const lease = leaseOf(await acquire(a, scope, 'wake-1'));
       const waiting = Array.from({ length: 5 }, () => acquire(b, scope, 'wake-1', 30_000));
       // Every waiter marked the record watched before the holder completes.
       await vi.waitFor(
@@ -128,7 +114,7 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
     const store = new PgIdempotencyStore(db, { schema: name, logger: quiet });
     try {
       await store.init();
-      const lease = await leaseOf(store, 'Sql.migrated', 'k');
+      const lease = leaseOf(await acquire(store, 'Sql.migrated', 'k'));
       await store.complete(lease, encodeValue('done'));
       expect((await store.find({ scope: 'Sql.migrated', key: 'k' }))?.state).toBe('COMPLETE');
     } finally {
@@ -171,7 +157,7 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
     const db = pool(2);
     const store = new PgIdempotencyStore(db, { schema: name, ensureSchema: true, logger: quiet });
     await store.init();
-    await leaseOf(store, 'Owned.pool', 'k1');
+    leaseOf(await acquire(store, 'Owned.pool', 'k1'));
     await store.close();
     expect(db.ending).toBe(false);
     expect((await db.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
@@ -206,7 +192,10 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
     const dataSource = await openDataSource();
     const front = new TypeOrmIdempotencyStore(dataSource, { schema: name, logger: quiet });
     try {
-      await store.complete(await leaseOf(store, 'Shared.table', 'k'), encodeValue({ ok: true }));
+      await store.complete(
+        leaseOf(await acquire(store, 'Shared.table', 'k')),
+        encodeValue({ ok: true }),
+      );
       const replay = await front.tryAcquire({
         scope: 'Shared.table',
         key: 'k',
@@ -244,7 +233,7 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
 
     it('commits the handler row and the completion together; neither is seen before the commit', async () => {
       const key = randomUUID();
-      const lease = await leaseOf(store, 'Tx.commit', key);
+      const lease = leaseOf(await acquire(store, 'Tx.commit', key));
       await store.transactional.transaction(async (tx) => {
         await tx.query(`INSERT INTO "${name}".orders (id) VALUES ($1)`, [key]);
         expect(await store.transactional.completeIn(tx, lease, encodeValue('paid'))).toBe('stored');
@@ -259,7 +248,7 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
 
     it('rolls both back when the work throws after the completion', async () => {
       const key = randomUUID();
-      const lease = await leaseOf(store, 'Tx.rollback', key);
+      const lease = leaseOf(await acquire(store, 'Tx.rollback', key));
       await expect(
         store.transactional.transaction(async (tx) => {
           await tx.query(`INSERT INTO "${name}".orders (id) VALUES ($1)`, [key]);
@@ -275,7 +264,7 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
 
     it('answers lease-lost for a lease no longer held, writing nothing', async () => {
       const key = randomUUID();
-      const lease = await leaseOf(store, 'Tx.lost', key);
+      const lease = leaseOf(await acquire(store, 'Tx.lost', key));
       await store.release(lease);
       const outcome = await store.transactional.transaction((tx) =>
         store.transactional.completeIn(tx, lease, encodeValue('late')),
@@ -285,7 +274,7 @@ describe('PgIdempotencyStore (a pg Pool of the application)', () => {
     });
 
     it('refuses a tx that is not a pg client', async () => {
-      const lease = await leaseOf(store, 'Tx.refused', randomUUID());
+      const lease = leaseOf(await acquire(store, 'Tx.refused', randomUUID()));
       expect(() => store.transactional.completeIn({} as never, lease, encodeValue('x'))).toThrow(
         IdempotencyConfigError,
       );

@@ -2,15 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { Client, Pool, QueryConfig } from 'pg';
 import { DataSource, DataSourceOptions, Logger } from 'typeorm';
 import {
-  AcquireRequest,
-  AcquireResult,
-  decodeValue,
   encodeValue,
   IdempotencyEngine,
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
-  Lease,
-  ReplayedRecord,
 } from 'nest-idempotency';
 import {
   createIdempotencyMigration,
@@ -20,8 +15,15 @@ import {
   TypeOrmIdempotencyStoreOptions,
 } from 'nest-idempotency/typeorm';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
-
-const quiet = { warn: () => undefined, error: () => undefined };
+import {
+  acquireRequest,
+  cleanupsAfterEach,
+  expectReplayOf,
+  leaseOf,
+  quiet,
+  rejection,
+  settlesWithin,
+} from '../support/store-assertions';
 
 /** Counts what TypeORM hands the driver: one `logQuery` per statement sent. */
 class CountingLogger implements Logger {
@@ -52,59 +54,12 @@ async function until(condition: () => boolean | Promise<boolean>, what: string):
   }
 }
 
-/** Fails with a clear message instead of letting a hang run into the test timeout. */
-async function settlesWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const hang = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, hang]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** The lease of an acquisition, failing the test on anything else. */
-function leaseOf(result: AcquireResult): Lease {
-  if (result.kind !== 'acquired') throw new Error(`expected to acquire, got ${result.kind}`);
-  return result.lease;
-}
-
-/** The replay of a completed record, failing the test on anything else. */
-function replayOf(result: AcquireResult): ReplayedRecord {
-  if (result.kind !== 'duplicate') throw new Error(`expected a replay, got ${result.kind}`);
-  return result;
-}
-
-/** Asserts `result` replays exactly the bytes `encodeValue(value)` stored. */
-function expectReplayOf(result: AcquireResult, value: unknown): ReplayedRecord {
-  const replay = replayOf(result);
-  expect(replay.completedAt).toBeInstanceOf(Date);
-  expect(replay.payload.equals(encodeValue(value))).toBe(true);
-  expect(decodeValue(replay.payload)).toEqual(value);
-  return replay;
-}
-
-async function rejection(promise: Promise<unknown>): Promise<Error> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as Error;
-  }
-  throw new Error('expected a rejection');
-}
-
 describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () => {
   let admin: DataSource;
-  const cleanups: Array<() => Promise<unknown>> = [];
+  const defer = cleanupsAfterEach();
 
   beforeAll(async () => {
     admin = await openDataSource();
-  });
-  afterEach(async () => {
-    vi.restoreAllMocks();
-    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
   });
   afterAll(async () => {
     await admin?.destroy();
@@ -113,13 +68,13 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
   /** A scratch schema, dropped after the test. */
   function newSchema(prefix = 'store'): string {
     const schema = scratchSchema(prefix);
-    cleanups.push(() => dropSchema(admin, schema));
+    defer(() => dropSchema(admin, schema));
     return schema;
   }
 
   async function newDataSource(options: Partial<DataSourceOptions> = {}): Promise<DataSource> {
     const dataSource = await openDataSource(options);
-    cleanups.push(() => (dataSource.isInitialized ? dataSource.destroy() : Promise.resolve()));
+    defer(() => (dataSource.isInitialized ? dataSource.destroy() : Promise.resolve()));
     return dataSource;
   }
 
@@ -128,23 +83,9 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
     options: TypeOrmIdempotencyStoreOptions,
   ): TypeOrmIdempotencyStore {
     const store = new TypeOrmIdempotencyStore(dataSource, { logger: quiet, ...options });
-    cleanups.push(() => store.close());
+    defer(() => store.close());
     return store;
   }
-
-  const request = (
-    scope: string,
-    key: string,
-    overrides: Partial<AcquireRequest> = {},
-  ): AcquireRequest => ({
-    scope,
-    key,
-    leaseMs: 30_000,
-    waitTimeoutMs: 0,
-    ttlMs: 3_600_000,
-    fingerprint: null,
-    ...overrides,
-  });
 
   async function tableExists(schema: string, table = 'idempotency_records'): Promise<boolean> {
     const rows = await admin.query(`SELECT to_regclass($1) IS NOT NULL AS present`, [
@@ -154,10 +95,10 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
   }
 
   async function roundTrip(store: TypeOrmIdempotencyStore): Promise<void> {
-    const acquired = await store.tryAcquire(request('s', 'k', { ttlMs: 60_000 }));
+    const acquired = await store.tryAcquire(acquireRequest('s', 'k', { ttlMs: 60_000 }));
     expect(acquired.kind).toBe('acquired');
     await store.complete(leaseOf(acquired), encodeValue(1));
-    expectReplayOf(await store.tryAcquire(request('s', 'k')), 1);
+    expectReplayOf(await store.tryAcquire(acquireRequest('s', 'k')), 1);
   }
 
   describe('schema', () => {
@@ -190,14 +131,14 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       // As is undoing the upgrade, which would lose completed records (bytes jsonb cannot hold).
       const upgrade = new (createIdempotencyMigrations({ schema })[1])();
       const runner = migrations.createQueryRunner();
-      cleanups.push(() => runner.release());
+      defer(() => runner.release());
       await expect(upgrade.down(runner)).rejects.toThrow(
         'UpgradeIdempotencyRecords1764547200000 cannot be reverted: completed records would be lost; restore a backup instead',
       );
 
       expect(await tableExists(schema)).toBe(true);
       await expect(migrations.showMigrations()).resolves.toBe(false);
-      expectReplayOf(await store.tryAcquire(request('s', 'k')), 1);
+      expectReplayOf(await store.tryAcquire(acquireRequest('s', 'k')), 1);
     });
 
     it('still loads the deprecated createIdempotencyMigration: the 0.1 table, which the store refuses until upgraded, and undo drops it', async () => {
@@ -264,27 +205,27 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
         const schema = newSchema();
         const store = newStore(admin, { schema, ensureSchema: true });
         await store.init();
-        const live = await store.tryAcquire(request('s', 'live', { leaseMs: 10_000 }));
+        const live = await store.tryAcquire(acquireRequest('s', 'live', { leaseMs: 10_000 }));
         expect(live.kind).toBe('acquired');
-        const done = await store.tryAcquire(request('s', 'done', { ttlMs: 60_000 }));
+        const done = await store.tryAcquire(acquireRequest('s', 'done', { ttlMs: 60_000 }));
         await store.complete(leaseOf(done), encodeValue('result'));
-        const short = await store.tryAcquire(request('s', 'short', { leaseMs: 100 }));
+        const short = await store.tryAcquire(acquireRequest('s', 'short', { leaseMs: 100 }));
         expect(short.kind).toBe('acquired');
         await new Promise((resolve) => setTimeout(resolve, 200)); // let the 100 ms lease run out
 
         const realNow = Date.now.bind(Date);
         vi.spyOn(Date, 'now').mockImplementation(() => realNow() + skewMs);
 
-        const again = await store.tryAcquire(request('s', 'live'));
+        const again = await store.tryAcquire(acquireRequest('s', 'live'));
         expect(again.kind).toBe('in-flight');
         expect((again as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(5000);
         expect((again as { retryAfterMs: number }).retryAfterMs).toBeLessThanOrEqual(10_000);
         await expect(store.find({ scope: 's', key: 'live' })).resolves.toMatchObject({
           leaseExpired: false,
         });
-        expectReplayOf(await store.tryAcquire(request('s', 'done')), 'result');
+        expectReplayOf(await store.tryAcquire(acquireRequest('s', 'done')), 'result');
         // ...and an expired lease is expired whatever the application thinks.
-        await expect(store.tryAcquire(request('s', 'short'))).resolves.toMatchObject({
+        await expect(store.tryAcquire(acquireRequest('s', 'short'))).resolves.toMatchObject({
           kind: 'acquired',
         });
         expect(Date.now).toHaveBeenCalled();
@@ -348,16 +289,16 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
     it('reports a takeover of an expired lease as stolen, and nothing else', async () => {
       const schema = newSchema();
       const store = newStore(admin, { schema, ensureSchema: true });
-      const fresh = await store.tryAcquire(request('s', 'k', { leaseMs: 100 }));
+      const fresh = await store.tryAcquire(acquireRequest('s', 'k', { leaseMs: 100 }));
       expect(fresh).toEqual({ kind: 'acquired', lease: expect.anything() });
       await new Promise((resolve) => setTimeout(resolve, 200));
-      const stolen = await store.tryAcquire(request('s', 'k'));
+      const stolen = await store.tryAcquire(acquireRequest('s', 'k'));
       expect(stolen).toMatchObject({ kind: 'acquired', stolen: true });
       await expect(store.complete(leaseOf(fresh), encodeValue('late'))).rejects.toThrow(
         'complete refused',
       );
       await store.complete(leaseOf(stolen), encodeValue('v'));
-      expectReplayOf(await store.tryAcquire(request('s', 'k')), 'v');
+      expectReplayOf(await store.tryAcquire(acquireRequest('s', 'k')), 'v');
     });
   });
 
@@ -377,12 +318,12 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       const dataSource = await newDataSource({ extra: { max: 1 } });
       const store = newStore(dataSource, { schema, ensureSchema: true });
       for (const key of ['a', 'b', 'c']) {
-        const lease = leaseOf(await store.tryAcquire(request('s', key, { ttlMs: 60_000 })));
+        const lease = leaseOf(await store.tryAcquire(acquireRequest('s', key, { ttlMs: 60_000 })));
         await expect(store.extend(lease)).resolves.toBe(true);
         await store.complete(lease, encodeValue(key));
-        expectReplayOf(await store.tryAcquire(request('s', key)), key);
+        expectReplayOf(await store.tryAcquire(acquireRequest('s', key)), key);
       }
-      await store.release(leaseOf(await store.tryAcquire(request('s', 'd'))));
+      await store.release(leaseOf(await store.tryAcquire(acquireRequest('s', 'd'))));
       await store.purgeExpired();
       await store.list();
 
@@ -443,12 +384,12 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       const pid = await backend();
 
       await admin.query(`DROP TABLE "${schema}".idempotency_records`);
-      const error = await rejection(store.tryAcquire(request('s', 'after-drop')));
+      const error = await rejection(store.tryAcquire(acquireRequest('s', 'after-drop')));
       expect(error).not.toBeInstanceOf(IdempotencyStoreUnavailableError);
       expect(error.message).toMatch(/idempotency_records.*does not exist/);
 
       for (const sql of schemaSql({ schema, table: 'idempotency_records' })) await admin.query(sql);
-      await expect(store.tryAcquire(request('s', 'after-drop'))).resolves.toMatchObject({
+      await expect(store.tryAcquire(acquireRequest('s', 'after-drop'))).resolves.toMatchObject({
         kind: 'acquired',
       });
       expect(await backend()).toBe(pid);
@@ -465,7 +406,7 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       // Polling far beyond the test: only the NOTIFY can wake the waiters in time.
       const store = newStore(dataSource, { schema, ensureSchema: true, pollIntervalMs: 60_000 });
       await store.init();
-      const holder = await store.tryAcquire(request('s', 'hot', { ttlMs: 60_000 }));
+      const holder = await store.tryAcquire(acquireRequest('s', 'hot', { ttlMs: 60_000 }));
       expect(holder.kind).toBe('acquired');
       logger.queries = [];
       let waits = 0;
@@ -474,11 +415,11 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       const stopCounting = store.onWait((scope) => {
         if (scope === 's' && ++waits === 20) allWaiting();
       });
-      cleanups.push(async () => stopCounting());
+      defer(async () => stopCounting());
 
       const waitStarted = Date.now();
       const waiters = Array.from({ length: 20 }, () =>
-        store.tryAcquire(request('s', 'hot', { waitTimeoutMs: 10_000 })),
+        store.tryAcquire(acquireRequest('s', 'hot', { waitTimeoutMs: 10_000 })),
       );
       await settlesWithin(twentyWaiting, 5000, 'all 20 duplicates starting to wait');
       await until(

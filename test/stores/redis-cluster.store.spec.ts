@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { AddressInfo, createServer } from 'node:net';
 import { createCluster } from 'redis';
-import { AcquireRequest, AcquireResult, encodeValue, Lease } from 'nest-idempotency';
+import { AcquireRequest, encodeValue } from 'nest-idempotency';
 import { RedisIdempotencyStore } from '../../libs/idempotency/src/redis';
 import {
   ClusterClient,
@@ -13,6 +13,7 @@ import {
 } from '../support/redis';
 import { addressOf, ExecutedCommand, MonitorSpy } from '../support/redis-traffic';
 import { hasRedisBinaries, RedisServers, startCluster } from '../support/redis-server';
+import { acquired, acquireRequest } from '../support/store-assertions';
 
 /**
  * The Cluster side of the store, on a Redis Cluster of three masters this
@@ -23,27 +24,8 @@ import { hasRedisBinaries, RedisServers, startCluster } from '../support/redis-s
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function request(
-  scope: string,
-  key: string,
-  overrides: Partial<AcquireRequest> = {},
-): AcquireRequest {
-  return {
-    scope,
-    key,
-    leaseMs: 10_000,
-    waitTimeoutMs: 0,
-    ttlMs: 60_000,
-    fingerprint: null,
-    ...overrides,
-  };
-}
-
-async function acquired(result: Promise<AcquireResult>): Promise<Lease> {
-  const r = await result;
-  expect(r.kind).toBe('acquired');
-  return (r as { lease: Lease }).lease;
-}
+const request = (scope: string, key: string, overrides: Partial<AcquireRequest> = {}) =>
+  acquireRequest(scope, key, { leaseMs: 10_000, ttlMs: 60_000, ...overrides });
 
 function nextWait(store: RedisIdempotencyStore, scope: string): Promise<void> {
   return new Promise((resolve) => {

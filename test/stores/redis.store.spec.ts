@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { createClient } from 'redis';
 import {
   AcquireRequest,
-  AcquireResult,
   encodeValue,
   IdempotencyLeaseLostError,
   IdempotencyStoreUnavailableError,
@@ -19,6 +18,7 @@ import {
   startRedisServer,
   startStandalone,
 } from '../support/redis-server';
+import { acquired, acquireRequest, StoreLogs } from '../support/store-assertions';
 
 /**
  * What the conformance kit cannot see, on a Redis server of this file's own
@@ -28,34 +28,8 @@ import {
 
 const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-class Logs {
-  readonly lines: string[] = [];
-  warn = (m: string) => void this.lines.push(`warn: ${m}`);
-  error = (m: string) => void this.lines.push(`error: ${m}`);
-  debug = (m: string) => void this.lines.push(`debug: ${m}`);
-}
-
-function request(
-  scope: string,
-  key: string,
-  overrides: Partial<AcquireRequest> = {},
-): AcquireRequest {
-  return {
-    scope,
-    key,
-    leaseMs: 10_000,
-    waitTimeoutMs: 0,
-    ttlMs: 60_000,
-    fingerprint: null,
-    ...overrides,
-  };
-}
-
-async function acquired(result: Promise<AcquireResult>): Promise<Lease> {
-  const r = await result;
-  expect(r.kind).toBe('acquired');
-  return (r as { lease: Lease }).lease;
-}
+const request = (scope: string, key: string, overrides: Partial<AcquireRequest> = {}) =>
+  acquireRequest(scope, key, { leaseMs: 10_000, ttlMs: 60_000, ...overrides });
 
 /** Resolves when a duplicate starts waiting in `store` on `scope`. */
 function nextWait(store: RedisIdempotencyStore, scope: string): Promise<void> {
@@ -100,7 +74,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
     let admin: StandaloneClient;
     let spy: MonitorSpy;
     let store: RedisIdempotencyStore;
-    let logs: Logs;
+    let logs: StoreLogs;
     let storeAddress: string;
     const prefix = 'spec:';
 
@@ -108,7 +82,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       servers = await startStandalone();
       url = servers.servers[0].url;
       [client, admin] = await Promise.all([connectStandalone(url), connectStandalone(url)]);
-      logs = new Logs();
+      logs = new StoreLogs();
       store = new RedisIdempotencyStore(client, { keyPrefix: prefix, logger: logs });
       await store.init();
       storeAddress = await addressOf(client);
@@ -375,7 +349,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         const waiter = new RedisIdempotencyStore(waiterClient, {
           keyPrefix: prefix,
           pollIntervalMs: 60_000,
-          logger: new Logs(),
+          logger: new StoreLogs(),
         });
         try {
           const lease = await acquired(store.tryAcquire(request(scope, 'k')));
@@ -454,7 +428,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         void unreachable.connect().catch(() => undefined);
         const dead = new RedisIdempotencyStore(unreachable, {
           operationTimeoutMs: 300,
-          logger: new Logs(),
+          logger: new StoreLogs(),
         });
         try {
           for (const call of [
@@ -502,7 +476,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         await ownClient.connect();
         const ownStore = new RedisIdempotencyStore(ownClient, {
           operationTimeoutMs: 500,
-          logger: new Logs(),
+          logger: new StoreLogs(),
         });
         try {
           const lease = await acquired(ownStore.tryAcquire(request('s', 'k')));
@@ -535,7 +509,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         const [master, replica] = replicated.servers;
         const masterClient = await connectStandalone(master.url);
         const replicaClient = await connectStandalone(replica.url);
-        const warnings = new Logs();
+        const warnings = new StoreLogs();
         const plain = new RedisIdempotencyStore(masterClient, { keyPrefix: 'wait:' });
         // While the replica is up, a WAIT timeout far above any acknowledgement delay, so that
         // a warning can only mean a WAIT that did not return for the write (a whole-suite CI run

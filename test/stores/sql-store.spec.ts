@@ -1,86 +1,36 @@
 import { DataSource } from 'typeorm';
 import {
-  AcquireRequest,
   AcquireResult,
-  decodeValue,
   encodeValue,
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
-  Lease,
-  ReplayedRecord,
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore, TypeOrmIdempotencyStoreOptions } from 'nest-idempotency/typeorm';
 import { mariadbDialect, postgresDialect, SqlDialect, TablePlace } from '../support/sql-dialects';
 import { SilentForwarder, TcpProxy } from '../support/tcp-proxy';
+import {
+  acquireRequest,
+  cleanupsAfterEach,
+  expectReplayOf,
+  leaseOf,
+  quiet,
+  rejection,
+  settlesWithin,
+} from '../support/store-assertions';
 
 // What the SQL store does the same way on every database it supports, checked
 // once per database. What only one database has (NOTIFY, prepared statements
 // by name, MariaDB's round trips and packet limits) stays in
 // postgres.store.spec.ts and mariadb.store.spec.ts.
 
-const quiet = { warn: () => undefined, error: () => undefined };
-
-/** Fails with a clear message instead of letting a hang run into the test timeout. */
-async function settlesWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const hang = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, hang]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-function leaseOf(result: AcquireResult): Lease {
-  if (result.kind !== 'acquired') throw new Error(`expected to acquire, got ${result.kind}`);
-  return result.lease;
-}
-
-/** Asserts `result` replays exactly the bytes `encodeValue(value)` stored. */
-function expectReplayOf(result: AcquireResult, value: unknown): ReplayedRecord {
-  if (result.kind !== 'duplicate') throw new Error(`expected a replay, got ${result.kind}`);
-  expect(result.completedAt).toBeInstanceOf(Date);
-  expect(result.payload.equals(encodeValue(value))).toBe(true);
-  expect(decodeValue(result.payload)).toEqual(value);
-  return result;
-}
-
-async function rejection(promise: Promise<unknown>): Promise<Error> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as Error;
-  }
-  throw new Error('expected a rejection');
-}
-
-const request = (
-  scope: string,
-  key: string,
-  overrides: Partial<AcquireRequest> = {},
-): AcquireRequest => ({
-  scope,
-  key,
-  leaseMs: 30_000,
-  waitTimeoutMs: 0,
-  ttlMs: 3_600_000,
-  fingerprint: null,
-  ...overrides,
-});
-
 const DIALECTS: SqlDialect[] = [postgresDialect, mariadbDialect];
 
 describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on $name', (db) => {
   let admin: DataSource;
-  const cleanups: Array<() => Promise<unknown>> = [];
+  const defer = cleanupsAfterEach();
 
   beforeAll(async () => {
     admin = await db.openDataSource();
-  });
-  afterEach(async () => {
-    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
   });
   afterAll(async () => {
     await admin?.destroy();
@@ -89,13 +39,13 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
   /** A table place of this test's own, dropped after it. */
   function newPlace(): TablePlace {
     const place = db.newPlace(admin);
-    cleanups.push(() => place.drop());
+    defer(() => place.drop());
     return place;
   }
 
   async function newDataSource(options?: { url?: string; poolSize?: number }) {
     const dataSource = await db.openDataSource(options);
-    cleanups.push(() => (dataSource.isInitialized ? dataSource.destroy() : Promise.resolve()));
+    defer(() => (dataSource.isInitialized ? dataSource.destroy() : Promise.resolve()));
     return dataSource;
   }
 
@@ -109,7 +59,7 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
       ...place.options,
       ...options,
     });
-    cleanups.push(() => store.close());
+    defer(() => store.close());
     return store;
   }
 
@@ -153,9 +103,9 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
 
       expect(await db.tableExists(admin, place)).toBe(true);
       await newStore(admin, place).init(); // the shape check passes without ensureSchema
-      const acquired = await stores[2].tryAcquire(request('s', 'k', { ttlMs: 60_000 }));
+      const acquired = await stores[2].tryAcquire(acquireRequest('s', 'k', { ttlMs: 60_000 }));
       await stores[2].complete(leaseOf(acquired), encodeValue(1));
-      expectReplayOf(await stores[1].tryAcquire(request('s', 'k')), 1);
+      expectReplayOf(await stores[1].tryAcquire(acquireRequest('s', 'k')), 1);
     });
   });
 
@@ -167,24 +117,24 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
       const proxy = new TcpProxy(target.host, target.port);
       const port = await proxy.start();
       const dataSource = await newDataSource({ url: db.urlThroughPort(port), poolSize: 4 });
-      cleanups.push(() => proxy.cut());
+      defer(() => proxy.cut());
       // A long operation timeout: a refusal must surface as itself, not as a timeout.
       const store = newStore(dataSource, place, { operationTimeoutMs: 60_000 });
       await store.init();
-      const lease = leaseOf(await store.tryAcquire(request('s', 'held', { ttlMs: 60_000 })));
+      const lease = leaseOf(await store.tryAcquire(acquireRequest('s', 'held', { ttlMs: 60_000 })));
       // Open the wake-up connection too (PostgreSQL's LISTEN), so it is cut as well.
       await expect(
-        store.tryAcquire(request('s', 'held', { waitTimeoutMs: 50 })),
+        store.tryAcquire(acquireRequest('s', 'held', { waitTimeoutMs: 50 })),
       ).resolves.toMatchObject({ kind: 'in-flight' });
 
       await proxy.cut(); // existing connections dropped; nothing listens on the port now
 
       const id = { scope: 's', key: 'held' };
       const calls: Array<[string, () => Promise<unknown>]> = [
-        ['tryAcquire', () => store.tryAcquire(request('s', 'other'))],
+        ['tryAcquire', () => store.tryAcquire(acquireRequest('s', 'other'))],
         [
           'tryAcquire (waiting)',
-          () => store.tryAcquire(request('s', 'held', { waitTimeoutMs: 5000 })),
+          () => store.tryAcquire(acquireRequest('s', 'held', { waitTimeoutMs: 5000 })),
         ],
         ['complete', () => store.complete(lease, encodeValue('v'))],
         ['release', () => store.release(lease)],
@@ -204,7 +154,7 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
       await proxy.restore();
       await expect(store.extend(lease)).resolves.toBe(true);
       await store.complete(lease, encodeValue('after the outage'));
-      expectReplayOf(await store.tryAcquire(request('s', 'held')), 'after the outage');
+      expectReplayOf(await store.tryAcquire(acquireRequest('s', 'held')), 'after the outage');
     });
 
     it('throws IdempotencyStoreUnavailableError after operationTimeoutMs when the database goes silent', async () => {
@@ -216,15 +166,15 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
         url: db.urlThroughPort(partition.port),
         poolSize: 2,
       });
-      cleanups.push(() => partition.cut()); // runs before the DataSource is destroyed
+      defer(() => partition.cut()); // runs before the DataSource is destroyed
       const store = newStore(dataSource, place, { operationTimeoutMs: 300 });
       await store.init();
-      const lease = leaseOf(await store.tryAcquire(request('s', 'k')));
+      const lease = leaseOf(await store.tryAcquire(acquireRequest('s', 'k')));
 
       partition.goSilent();
 
       for (const [name, call] of [
-        ['tryAcquire', () => store.tryAcquire(request('s', 'other'))],
+        ['tryAcquire', () => store.tryAcquire(acquireRequest('s', 'other'))],
         ['complete', () => store.complete(lease, encodeValue('v'))],
         ['find', () => store.find({ scope: 's', key: 'k' })],
         [
@@ -269,7 +219,7 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
         Array.from({ length: 40 }, async (_, i) => {
           const store = stores[i % stores.length];
           const lease = leaseOf(
-            await store.tryAcquire(request('purge', `traffic-${i}`, { ttlMs: 60_000 })),
+            await store.tryAcquire(acquireRequest('purge', `traffic-${i}`, { ttlMs: 60_000 })),
           );
           await store.complete(lease, encodeValue(i));
         }),
@@ -316,7 +266,9 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
           Promise.all(
             Array.from({ length: 50 }, async (_, i) => {
               const store = stores[i % 2];
-              const result = await store.tryAcquire(request('race', 'hot', { waitTimeoutMs }));
+              const result = await store.tryAcquire(
+                acquireRequest('race', 'hot', { waitTimeoutMs }),
+              );
               // Without waiting, the winner holds on, so nobody can see a result yet.
               if (result.kind === 'acquired' && waitTimeoutMs > 0) {
                 await new Promise((resolve) => setImmediate(resolve));

@@ -11,6 +11,7 @@ import {
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { channelFor, recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../support/postgres';
+import { quiet, settlesWithin } from '../support/store-assertions';
 
 /**
  * A notifying commit takes a database-wide lock, so the PostgreSQL store
@@ -23,7 +24,6 @@ import { dropSchema, openDataSource, scratchSchema, testDatabaseUrl } from '../s
  * notifications in commit order, so whatever the operation sent arrives first.
  */
 
-const quiet = { warn: () => undefined, error: () => undefined };
 const TABLE = 'idempotency_records';
 
 /** Records notifications on one channel and reports those that came before a marker. */
@@ -88,19 +88,6 @@ function waitersWaiting(store: IdempotencyStore, scope: string, count: number): 
       resolve();
     });
   });
-}
-
-/** Fails with a clear message instead of letting a hang run into the test timeout. */
-async function settlesWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const hang = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, hang]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 describe('TypeOrmIdempotencyStore notifies only when someone waits', () => {

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import {
-  AcquireRequest,
   decodeHttpResponse,
   decodeValue,
   encodeValue,
@@ -15,6 +14,7 @@ import {
 } from 'nest-idempotency/typeorm';
 import { recordIdOf } from '../../libs/idempotency/src/stores/sql/table';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
+import { acquireRequest } from '../support/store-assertions';
 
 /**
  * A database that nest-idempotency 0.1 made and filled, brought up to date in
@@ -77,16 +77,6 @@ describe('upgrading a 0.1 table in place', () => {
     cleanups.push(() => store.close());
     return store;
   }
-
-  const request = (scope: string, key: string, overrides: Partial<AcquireRequest> = {}) => ({
-    scope,
-    key,
-    leaseMs: 30_000,
-    waitTimeoutMs: 0,
-    ttlMs: 3_600_000,
-    fingerprint: null,
-    ...overrides,
-  });
 
   /** The 0.1 database: its table (createTableSql alone) and the rows 0.1 wrote into it. */
   async function seed01(schema: string): Promise<Seeded[]> {
@@ -170,7 +160,7 @@ describe('upgrading a 0.1 table in place', () => {
     const [http, rpc, value, nothing, running] = records;
 
     const httpReplay = await store.tryAcquire(
-      request(http.scope, http.key, { fingerprint: 'fp-http' }),
+      acquireRequest(http.scope, http.key, { fingerprint: 'fp-http' }),
     );
     if (httpReplay.kind !== 'duplicate') throw new Error(`HTTP record: ${httpReplay.kind}`);
     const response = decodeHttpResponse(httpReplay.payload);
@@ -182,18 +172,18 @@ describe('upgrading a 0.1 table in place', () => {
     expect(httpReplay.completedAt).toBeInstanceOf(Date);
     expect(httpReplay.expiresInMs).toBeGreaterThan(23 * 3_600_000);
     await expect(
-      store.tryAcquire(request(http.scope, http.key, { fingerprint: 'another' })),
+      store.tryAcquire(acquireRequest(http.scope, http.key, { fingerprint: 'another' })),
     ).resolves.toEqual({ kind: 'fingerprint-mismatch' });
 
-    const rpcReplay = await store.tryAcquire(request(rpc.scope, rpc.key));
+    const rpcReplay = await store.tryAcquire(acquireRequest(rpc.scope, rpc.key));
     if (rpcReplay.kind !== 'duplicate') throw new Error(`RPC record: ${rpcReplay.kind}`);
     expect(decodeValue(rpcReplay.payload)).toEqual({ ok: true });
 
-    const valueReplay = await store.tryAcquire(request(value.scope, value.key));
+    const valueReplay = await store.tryAcquire(acquireRequest(value.scope, value.key));
     if (valueReplay.kind !== 'duplicate') throw new Error(`value record: ${valueReplay.kind}`);
     expect(decodeValue(valueReplay.payload)).toEqual({ b: [1, 2], a: null });
 
-    const nothingReplay = await store.tryAcquire(request(nothing.scope, nothing.key));
+    const nothingReplay = await store.tryAcquire(acquireRequest(nothing.scope, nothing.key));
     if (nothingReplay.kind !== 'duplicate')
       throw new Error(`undefined record: ${nothingReplay.kind}`);
     expect(decodeValue(nothingReplay.payload)).toBeUndefined();
@@ -211,7 +201,7 @@ describe('upgrading a 0.1 table in place', () => {
       fingerprint: 'fp-running',
     });
     expect(held && 'payload' in held).toBe(false);
-    const contender = await store.tryAcquire(request(running.scope, running.key));
+    const contender = await store.tryAcquire(acquireRequest(running.scope, running.key));
     expect(contender.kind).toBe('in-flight');
     expect((contender as { retryAfterMs: number }).retryAfterMs).toBeGreaterThan(9 * 60_000);
     expect((contender as { retryAfterMs: number }).retryAfterMs).toBeLessThanOrEqual(10 * 60_000);
@@ -223,10 +213,10 @@ describe('upgrading a 0.1 table in place', () => {
     expect(state).toBe('IN_PROGRESS');
 
     // New records work on the upgraded table alongside the old ones.
-    const fresh = await store.tryAcquire(request('after-upgrade', 'k'));
+    const fresh = await store.tryAcquire(acquireRequest('after-upgrade', 'k'));
     if (fresh.kind !== 'acquired') throw new Error(`new key: ${fresh.kind}`);
     await store.complete(fresh.lease, encodeValue({ fresh: true }));
-    const freshReplay = await store.tryAcquire(request('after-upgrade', 'k'));
+    const freshReplay = await store.tryAcquire(acquireRequest('after-upgrade', 'k'));
     if (freshReplay.kind !== 'duplicate') throw new Error(`new key replay: ${freshReplay.kind}`);
     expect(freshReplay.payload.equals(encodeValue({ fresh: true }))).toBe(true);
   }

@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModulesContainer, Reflector } from '@nestjs/core';
 import { IdempotencyConfigError } from '../core/errors';
 import {
@@ -20,20 +20,20 @@ import { preserveKafkaBytes } from './doors/messages/kafka-bytes';
 import { loadMicroservices } from './doors/messages/microservices';
 import { recordRmqConsumerAck } from './doors/messages/rmq-settlement';
 import { loadWebsockets } from './doors/gateway/websockets';
-import { ProviderMethodDoor } from './doors/provider-method/provider-method.door';
-import { COMMAND_PORT } from './doors/commands/command.port';
 import { ProviderMethodsBinder } from './doors/provider-methods/provider-methods.binder';
+import { settleAsPlain } from './doors/provider-methods/provider-method.registry';
 
 type ClassRef = { name: string; prototype: object };
-type InstanceWrapper = ReturnType<DiscoveryService['getProviders']>[number];
 
 /**
  * At bootstrap: finds every `@Idempotent` handler and compiles its plan, so a
  * bad duration, key expression or placement fails the application's start,
  * naming `Class.method`; then prepares the store.
  *
- * A CQRS command handler's `execute`, which Nest does not intercept, is
- * wrapped here instead (doors/provider-method).
+ * A CQRS command handler's `execute`, a BullMQ processor's `process` and a
+ * `@Cron` method, which Nest does not intercept, are bound to their doors
+ * instead (doors/provider-methods); the handlers Nest does intercept have
+ * their provider-method wrappers settled as plain calls.
  *
  * Refused at bootstrap: the module configured twice, `@Idempotent` on
  * anything that is not a controller's route or message handler, a
@@ -58,8 +58,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     private readonly reflector: Reflector,
     private readonly modules: ModulesContainer,
     @Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings,
-    private readonly providerMethods: ProviderMethodDoor,
-    private readonly jobsAndTicks: ProviderMethodsBinder,
+    private readonly providerMethods: ProviderMethodsBinder,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -116,11 +115,11 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
         claims.push(...this.compileResolver(classRef));
       } else if (Reflect.hasMetadata(NEST_METADATA.websocketGateway, classRef)) {
         claims.push(...this.compileController(classRef, gatewayTransportOf));
-      } else if (Reflect.hasMetadata(NEST_METADATA.cqrsCommandHandler, classRef)) {
-        claims.push(...this.compileCommandHandler(classRef, wrapper));
-      } else if (this.jobsAndTicks.handles(classRef)) {
+      } else if (this.providerMethods.handles(classRef)) {
         const isStatic = wrapper.isDependencyTreeStatic();
-        claims.push(...this.jobsAndTicks.bind({ classRef, instance: wrapper.instance, isStatic }));
+        claims.push(
+          ...this.providerMethods.bind({ classRef, instance: wrapper.instance, isStatic }),
+        );
       } else {
         this.refuseProvider(classRef);
       }
@@ -182,6 +181,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       let plans = this.plans.get(classRef);
       if (!plans) this.plans.set(classRef, (plans = new Map()));
       plans.set(handler, plan);
+      settleAsPlain(handler);
       out.push({ plan, explicit: options.scope !== undefined, route: describeRoute(classRef) });
     }
     return out;
@@ -214,6 +214,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       let plans = this.plans.get(classRef);
       if (!plans) this.plans.set(classRef, (plans = new Map()));
       plans.set(handler, plan);
+      settleAsPlain(handler);
       const name = Reflect.getMetadata(NEST_METADATA.graphqlResolverName, handler) as unknown;
       out.push({
         plan,
@@ -223,35 +224,6 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       });
     }
     return out;
-  }
-
-  /**
-   * A CQRS `@CommandHandler`: `@Idempotent` on its `execute` (or its class)
-   * wraps that instance's `execute`, which `CommandBus.execute` calls. A
-   * request-scoped handler, made anew per command, cannot be wrapped here.
-   */
-  private compileCommandHandler(classRef: ClassRef, wrapper: InstanceWrapper): ScopeClaim[] {
-    const onClass = this.reflector.get(IdempotentMetadata, classRef as never);
-    let options: ReturnType<typeof mergeOptions>;
-    for (const methodName of this.scanner.getAllMethodNames(classRef.prototype)) {
-      const handler = (classRef.prototype as Record<string, object>)[methodName];
-      const onMethod = this.reflector.get(IdempotentMetadata, handler as never);
-      if (methodName === 'execute') options = mergeOptions(onClass, onMethod);
-      else if (onMethod) {
-        throw new IdempotencyConfigError(
-          `${classRef.name}.${methodName}: @Idempotent on a command handler applies to its execute(command), which CommandBus.execute calls; put it there`,
-        );
-      }
-    }
-    if (!options) return [];
-    if (!wrapper.isDependencyTreeStatic()) {
-      throw new IdempotencyConfigError(
-        `${classRef.name}.execute: @Idempotent cannot protect a request-scoped command handler (made anew for each command); make it a singleton`,
-      );
-    }
-    const plan = compileHandlerPlan(classRef, 'execute', 'command', options, this.settings);
-    this.providerMethods.wrap(wrapper.instance as object, 'execute', plan, COMMAND_PORT);
-    return [{ plan, explicit: options.scope !== undefined, route: '' }];
   }
 
   /** `@Idempotent` on any other provider (a service), which Nest never intercepts: it would be ignored. */
@@ -282,7 +254,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       return;
     if (plan.key.kind === 'header') return;
     if (this.settings.options.tenant !== undefined) return;
-    (this.settings.options.logger ?? new Logger('Idempotency')).warn(
+    this.settings.logger.warn(
       `${plan.where}: its key comes from the request (key: ${keySourceText(plan)}), and no tenant option says whose records are whose; a request whose request.user has no id or sub shares its record with every caller who sends the same key. Set tenant (a function of the ExecutionContext), or tenant: false to share records on purpose`,
     );
   }

@@ -1,13 +1,13 @@
-import { Inject, Logger, Module } from '@nestjs/common';
+import { FactoryProvider, Inject, Module } from '@nestjs/common';
 import { DiscoveryModule, HttpAdapterHost } from '@nestjs/core';
 import { IdempotencyEngine } from '../core/engine';
+import type { IdempotencyLogger } from '../core/logger';
 import { IdempotencyStore } from '../core/store';
 import { ReplayCachingStore } from '../stores/cache/replay-cache.store';
 import { instrumentIdempotencyEngine, TracingIdempotencyStore } from '../telemetry/opentelemetry';
 import { GatewayDoor } from './doors/gateway/gateway.door';
 import { GraphqlDoor } from './doors/graphql/graphql.door';
 import { GrpcDoor } from './doors/grpc/grpc.door';
-import { ProviderMethodDoor } from './doors/provider-method/provider-method.door';
 import { HttpDoor } from './doors/http/http.door';
 import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
@@ -55,84 +55,12 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
         settings: ModuleSettings,
         host: HttpAdapterHost,
         transactions: IdempotencyTransactionRunner,
-      ) =>
-        new HttpDoor(
-          engine,
-          settings,
-          host,
-          settings.options.logger ?? new Logger('Idempotency'),
-          transactions,
-        ),
+      ) => new HttpDoor(engine, settings, host, settings.logger, transactions),
     },
-    {
-      provide: MessageDoor,
-      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
-      useFactory: (
-        engine: IdempotencyEngine,
-        settings: ModuleSettings,
-        transactions: IdempotencyTransactionRunner,
-      ) =>
-        new MessageDoor(
-          engine,
-          settings,
-          settings.options.logger ?? new Logger('Idempotency'),
-          transactions,
-        ),
-    },
-    {
-      provide: GrpcDoor,
-      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
-      useFactory: (
-        engine: IdempotencyEngine,
-        settings: ModuleSettings,
-        transactions: IdempotencyTransactionRunner,
-      ) =>
-        new GrpcDoor(
-          engine,
-          settings,
-          settings.options.logger ?? new Logger('Idempotency'),
-          transactions,
-        ),
-    },
-    {
-      provide: GraphqlDoor,
-      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
-      useFactory: (
-        engine: IdempotencyEngine,
-        settings: ModuleSettings,
-        transactions: IdempotencyTransactionRunner,
-      ) =>
-        new GraphqlDoor(
-          engine,
-          settings,
-          settings.options.logger ?? new Logger('Idempotency'),
-          transactions,
-        ),
-    },
-    {
-      provide: GatewayDoor,
-      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
-      useFactory: (
-        engine: IdempotencyEngine,
-        settings: ModuleSettings,
-        transactions: IdempotencyTransactionRunner,
-      ) =>
-        new GatewayDoor(
-          engine,
-          settings,
-          settings.options.logger ?? new Logger('Idempotency'),
-          transactions,
-        ),
-    },
-    {
-      provide: ProviderMethodDoor,
-      inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
-      useFactory: (
-        engine: IdempotencyEngine,
-        settings: ModuleSettings,
-        transactions: IdempotencyTransactionRunner,
-      ) => new ProviderMethodDoor(engine, settings, transactions),
-    },
+    doorProvider(MessageDoor),
+    doorProvider(GrpcDoor),
+    doorProvider(GraphqlDoor),
+    doorProvider(GatewayDoor),
     IdempotencyTransactionRunner,
     IdempotencyTransaction,
     IdempotencyExplorer,
@@ -158,6 +86,26 @@ import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
 })
 export class IdempotencyModule extends ConfigurableIdempotencyModule {}
 
+/** A door built as `new Door(engine, settings, logger, transactions)`, as most doors are. */
+type DoorClass<T> = new (
+  engine: IdempotencyEngine,
+  settings: ModuleSettings,
+  logger: IdempotencyLogger,
+  transactions: IdempotencyTransactionRunner,
+) => T;
+
+function doorProvider<T>(door: DoorClass<T>): FactoryProvider<T> {
+  return {
+    provide: door,
+    inject: [IdempotencyEngine, MODULE_SETTINGS, IdempotencyTransactionRunner],
+    useFactory: (
+      engine: IdempotencyEngine,
+      settings: ModuleSettings,
+      transactions: IdempotencyTransactionRunner,
+    ) => new door(engine, settings, settings.logger, transactions),
+  };
+}
+
 /** The engine over the configured store: with the replay cache and telemetry when asked for. */
 function createEngine(settings: ModuleSettings): IdempotencyEngine {
   const { options } = settings;
@@ -167,7 +115,7 @@ function createEngine(settings: ModuleSettings): IdempotencyEngine {
   const telemetry = typeof options.telemetry === 'object' ? (options.telemetry as object) : {};
   if (options.telemetry) store = new TracingIdempotencyStore(store, telemetry);
   const engine = new IdempotencyEngine(store, {
-    logger: options.logger ?? new Logger('Idempotency'),
+    logger: settings.logger,
     derivedKeys: options.derivedKeys,
   });
   if (options.telemetry) instrumentIdempotencyEngine(engine, telemetry);

@@ -32,8 +32,8 @@ export type {
  * The decorated method (on a class: each of its handlers) is replaced by a
  * thin wrapper, metadata copied, that tells strict mode whether the
  * handler's body was entered (see nest/doors/handler-entry.ts), and that
- * hands a BullMQ job or a `@Cron` tick, which Nest does not intercept, to
- * the lifecycle (see nest/doors/provider-methods/provider-method.registry.ts).
+ * hands a command, a BullMQ job or a `@Cron` tick, which Nest does not
+ * intercept, to the lifecycle (see nest/doors/provider-methods/provider-method.registry.ts).
  */
 export const Idempotent = (options: IdempotentOptions = {}) =>
   applyDecorators(

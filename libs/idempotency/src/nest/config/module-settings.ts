@@ -1,8 +1,10 @@
+import { Logger } from '@nestjs/common';
 import { compileDerivedKeys } from '../../core/derived-key';
 import { parseDuration } from '../../core/duration';
 import { IdempotencyConfigError } from '../../core/errors';
 import { DEFAULT_MAX_KEY_LENGTH } from '../../core/key';
 import { closestOption, printable, refuseUnknownOptions } from '../../core/option-keys';
+import type { IdempotencyLogger } from '../../core/logger';
 import type { IdempotencyStore } from '../../core/store';
 import { REPLAY_CACHE_OPTION_KEYS } from '../../stores/cache/replay-cache.store';
 // Loads no `redis`: only `fromUrl` does, when `store: { redis }` asks for it.
@@ -47,6 +49,8 @@ export interface ModuleSettings {
   purge: { intervalMs: number; batchSize: number } | false;
   /** Whose record a call reads and writes (the `tenant` option, or `request.user` by default). */
   tenantOf: TenantRule;
+  /** The `logger` option, else Nest's `Logger` in the context `Idempotency`. */
+  logger: IdempotencyLogger;
 }
 
 /** Throws `IdempotencyConfigError` naming the option, so a typo fails the bootstrap rather than a request. */
@@ -135,6 +139,7 @@ export function compileModuleSettings(given: IdempotencyModuleOptions | undefine
     openapi: http.openapi ?? true,
     purge: compilePurge(options.purge),
     tenantOf: compileTenant(options.tenant),
+    logger: options.logger ?? new Logger('Idempotency'),
   };
 }
 

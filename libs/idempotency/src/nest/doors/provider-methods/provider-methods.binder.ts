@@ -1,9 +1,9 @@
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { IdempotencyEngine } from '../../../core/engine';
 import { IdempotencyConfigError } from '../../../core/errors';
 import { optionalPeer } from '../../../core/optional-peer';
-import { compileHandlerPlan, mergeOptions, Transport } from '../../config/handler-plan';
+import { compileHandlerPlan, mergeOptions } from '../../config/handler-plan';
 import type { IdempotentOptions } from '../../config/handler-options';
 import { MODULE_SETTINGS } from '../../config/module-settings.provider';
 import type { ModuleSettings } from '../../config/module-settings';
@@ -15,10 +15,14 @@ import { IdempotencyTransactionRunner } from '../../transaction/transaction-runn
 import { JobDoor } from '../jobs/job.door';
 import { CronOptions, CronSchedule } from '../schedule/cron-schedule';
 import { TickDoor } from '../schedule/tick.door';
+import { COMMAND_PORT } from '../commands/command.port';
+import { ProviderMethodDoor } from './provider-method.door';
 import {
   bindProviderMethod,
   isProviderMethodWrapper,
   originalOf,
+  ProviderMethodKind,
+  providerMethodKind,
 } from './provider-method.registry';
 
 type ClassRef = { name: string; prototype: object };
@@ -32,8 +36,9 @@ export interface ProviderFound {
 }
 
 /**
- * The doors Nest does not intercept, on providers: a BullMQ processor's
- * `process(job)` and `@Cron` methods. At bootstrap, from the explorer, each
+ * The doors Nest does not intercept, on providers: a CQRS command handler's
+ * `execute(command)`, a BullMQ processor's `process(job)` and `@Cron`
+ * methods. At bootstrap, from the explorer, each
  * `@Idempotent` one gets its plan and its instance's method is bound to its
  * door (see provider-method.registry.ts); anything else `@Idempotent` is put
  * on in such a class is refused, naming `Class.method`: `@Interval` and
@@ -42,6 +47,7 @@ export interface ProviderFound {
  */
 @Injectable()
 export class ProviderMethodsBinder {
+  private readonly commands: ProviderMethodDoor;
   private readonly jobs: JobDoor;
   private readonly ticks: TickDoor;
 
@@ -51,56 +57,48 @@ export class ProviderMethodsBinder {
     transactions: IdempotencyTransactionRunner,
     private readonly reflector: Reflector,
   ) {
-    const logger = settings.options.logger ?? new Logger('Idempotency');
+    const logger = settings.logger;
+    this.commands = new ProviderMethodDoor(engine, settings, transactions);
     this.jobs = new JobDoor(engine, settings, logger, transactions);
     this.ticks = new TickDoor(engine, logger, transactions);
   }
 
-  /** A BullMQ processor, or a provider with `@Cron`, `@Interval` or `@Timeout` methods. */
+  /** A command handler, a BullMQ processor, or a provider with `@Cron`, `@Interval` or `@Timeout` methods. */
   handles(classRef: ClassRef): boolean {
+    if (Reflect.hasMetadata(NEST_METADATA.cqrsCommandHandler, classRef)) return true;
     if (Reflect.hasMetadata(NEST_METADATA.bullProcessor, classRef)) return true;
     return methodsOf(classRef).some(
       ([, method]) => Reflect.getMetadata(NEST_METADATA.schedulerType, method) !== undefined,
     );
   }
 
-  /** Compiles and binds the provider's `@Idempotent` jobs and ticks; returns their scope claims. */
+  /** Compiles and binds the provider's `@Idempotent` commands, jobs and ticks; returns their scope claims. */
   bind(found: ProviderFound): ScopeClaim[] {
     const { classRef } = found;
     const onClass = this.reflector.get(IdempotentMetadata, classRef as never);
-    const processor = Reflect.hasMetadata(NEST_METADATA.bullProcessor, classRef);
     const claims: ScopeClaim[] = [];
     for (const [name, method] of methodsOf(classRef)) {
       const where = `${classRef.name}.${name}`;
       const onMethod = this.reflector.get(IdempotentMetadata, method as never);
       const type = Reflect.getMetadata(NEST_METADATA.schedulerType, method) as number | undefined;
-      const transport: Transport | undefined =
-        type === SCHEDULER_TYPE.cron ? 'tick' : processor && name === 'process' ? 'job' : undefined;
+      const kind = providerMethodKind(method, classRef, name);
       if (type === SCHEDULER_TYPE.interval || type === SCHEDULER_TYPE.timeout) {
         if (onMethod || onClass) refuseUnscheduled(where, type);
         continue;
       }
-      if (!transport) {
-        if (onMethod) {
-          throw new IdempotencyConfigError(
-            `${where}: @Idempotent is on a method that is neither a BullMQ processor's process() nor a @Cron method, and Nest does not intercept a provider's methods, so nothing would protect it; put it on process() or the @Cron method, or use IdempotencyEngine in the service`,
-          );
-        }
+      if (!kind) {
+        if (onMethod) refuseMethod(classRef, where);
         continue;
       }
       const options = mergeOptions(onClass, onMethod);
       if (!options) continue;
-      if (!found.isStatic) {
-        throw new IdempotencyConfigError(
-          `${where}: @Idempotent is on a request-scoped provider, whose instances are made per call; make the ${transport === 'job' ? 'processor' : 'service'} a singleton (the default scope)`,
-        );
-      }
+      if (!found.isStatic) refuseRequestScoped(where, kind);
       if (!isProviderMethodWrapper(method)) {
         throw new IdempotencyConfigError(
           `${where}: @Idempotent was applied to this method by hand (its wrapper is missing); use the @Idempotent() decorator`,
         );
       }
-      claims.push(this.bindMethod(found, name, method, transport, options));
+      claims.push(this.bindMethod(found, name, method, kind, options));
     }
     return claims;
   }
@@ -109,13 +107,22 @@ export class ProviderMethodsBinder {
     found: ProviderFound,
     name: string,
     method: object,
-    transport: 'job' | 'tick',
+    kind: ProviderMethodKind,
     options: IdempotentOptions,
   ): ScopeClaim {
     const { classRef, instance } = found;
     const where = `${classRef.name}.${name}`;
     const original = originalOf(method as (...args: unknown[]) => unknown);
-    if (transport === 'job') {
+    if (kind === 'command') {
+      const plan = compileHandlerPlan(classRef, name, 'command', options, this.settings);
+      bindProviderMethod(
+        instance,
+        name,
+        this.commands.runner(plan, COMMAND_PORT, instance, original),
+      );
+      return { plan, explicit: options.scope !== undefined, route: '' };
+    }
+    if (kind === 'job') {
       requirePeer('bullmq', where, 'a BullMQ processor');
       const plan = compileHandlerPlan(classRef, name, 'job', options, this.settings);
       bindProviderMethod(instance, name, this.jobs.runner(plan, instance, original));
@@ -140,6 +147,28 @@ export class ProviderMethodsBinder {
     );
     return { plan, explicit: named !== undefined, route: '' };
   }
+}
+
+function refuseMethod(classRef: ClassRef, where: string): never {
+  if (Reflect.hasMetadata(NEST_METADATA.cqrsCommandHandler, classRef)) {
+    throw new IdempotencyConfigError(
+      `${where}: @Idempotent on a command handler applies to its execute(command), which CommandBus.execute calls; put it there`,
+    );
+  }
+  throw new IdempotencyConfigError(
+    `${where}: @Idempotent is on a method that is neither a BullMQ processor's process() nor a @Cron method, and Nest does not intercept a provider's methods, so nothing would protect it; put it on process() or the @Cron method, or use IdempotencyEngine in the service`,
+  );
+}
+
+function refuseRequestScoped(where: string, kind: ProviderMethodKind): never {
+  if (kind === 'command') {
+    throw new IdempotencyConfigError(
+      `${where}: @Idempotent cannot protect a request-scoped command handler (made anew for each command); make it a singleton`,
+    );
+  }
+  throw new IdempotencyConfigError(
+    `${where}: @Idempotent is on a request-scoped provider, whose instances are made per call; make the ${kind === 'job' ? 'processor' : 'service'} a singleton (the default scope)`,
+  );
 }
 
 function refuseUnscheduled(where: string, type: number): never {

@@ -12,6 +12,7 @@ import {
 } from '../../transaction/transaction-runner';
 import { keyFromSource } from '../door';
 import { storedValue } from '../stored-value';
+import type { ProviderMethodRunner } from './provider-method.registry';
 import { refusalError } from './refusal-error';
 
 /** What differs per kind of provider method (a command handler's `execute`, a job processor's `process`…). */
@@ -26,12 +27,10 @@ export interface ProviderMethodPort {
   refuse?(refusal: Refusal, plan: HandlerPlan, raised?: Error): Error;
 }
 
-const WRAPPED = Symbol('nest-idempotency.provider-method');
-
 /**
- * The door for methods Nest does not intercept (a CQRS command handler's
- * `execute`; a BullMQ processor, a scheduled tick): the explorer replaces the
- * provider instance's method, at bootstrap, by one that runs it through the
+ * The door for a provider method that a port describes (a CQRS command
+ * handler's `execute`): the binder binds the method's wrapper (see
+ * provider-method.registry.ts) to `runner`, which runs each call through the
  * shared lifecycle. A duplicate call resolves with the stored value (as
  * JSON, class instances made plain); a refusal rejects with the port's error.
  */
@@ -42,26 +41,15 @@ export class ProviderMethodDoor {
     private readonly transactions?: IdempotencyTransactionRunner,
   ) {}
 
-  /**
-   * Replaces `instance[methodName]` (an own property of that instance: the
-   * class, and other instances of it, are left alone). Once per instance.
-   */
-  wrap(instance: object, methodName: string, plan: HandlerPlan, port: ProviderMethodPort): void {
-    const target = instance as Record<string | symbol, unknown>;
-    const original = target[methodName] as ((...args: unknown[]) => unknown) & {
-      [WRAPPED]?: true;
-    };
-    if (typeof original !== 'function' || original[WRAPPED]) return;
-    const wrapped = (...args: unknown[]): Promise<unknown> =>
+  /** The runner the method is bound to: `original` called on `instance` through the lifecycle. */
+  runner(
+    plan: HandlerPlan,
+    port: ProviderMethodPort,
+    instance: object,
+    original: (...args: unknown[]) => unknown,
+  ): ProviderMethodRunner {
+    return (args) =>
       this.call(plan, port, args, () => Promise.resolve(original.apply(instance, args)));
-    Object.defineProperty(wrapped, 'name', { value: original.name });
-    Object.defineProperty(wrapped, WRAPPED, { value: true });
-    Object.defineProperty(target, methodName, {
-      value: wrapped,
-      writable: true,
-      configurable: true,
-      enumerable: false,
-    });
   }
 
   /** One call of a provider method through the lifecycle: its value, the stored one, or a refusal thrown. */
