@@ -180,6 +180,22 @@ function invoke<T>(work: CallWork<T>, invocation: Invocation): Promise<T> {
 
 const NEVER_ABORTED = new AbortController().signal;
 
+/**
+ * The invocation of a run its record follows. Its `signal` is the
+ * execution's, made when first read: an AbortController costs more than the
+ * rest of a fresh key's bookkeeping, and the doors never read it.
+ */
+function recordedRun(execution: Execution, context: IdempotencyContext, tx?: unknown): Invocation {
+  return {
+    get signal() {
+      return execution.signal;
+    },
+    capturing: true,
+    tx,
+    context,
+  };
+}
+
 /** `completion: 'separate'`: the work runs, then its captured result completes the record. */
 async function runAndComplete<T>(
   runtime: EngineRuntime,
@@ -190,7 +206,7 @@ async function runAndComplete<T>(
 ): Promise<CallOutcome<T>> {
   let value: T;
   try {
-    value = await invoke(work, { signal: execution.signal, capturing: true, context });
+    value = await invoke(work, recordedRun(execution, context));
   } catch (error) {
     // Released; in strict mode AMBIGUOUS once the work's body began.
     await execution.fail(error, work.entered?.() ?? true);
@@ -320,12 +336,7 @@ async function runInTransaction<T>(
     const value = await execution.runInTransaction(
       runner,
       async (tx) => {
-        const value = await invoke(work, {
-          signal: execution.signal,
-          capturing: true,
-          tx,
-          context,
-        });
+        const value = await invoke(work, recordedRun(execution, context, tx));
         returned = true;
         work.returned?.(value);
         const capture = await captureOf(work, value, execution);
