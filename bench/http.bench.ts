@@ -1,136 +1,178 @@
 /**
- * `npm run bench:http`: what @Idempotent costs over HTTP. The application runs
- * in its own processes (PostgreSQL store, the same with the replay cache on,
- * the in-memory store); autocannon generates the load from this one. Per
- * adapter, the workloads alternate (A/B/C/…, A/B/C/…) so ratios hold on a noisy
- * machine; each figure is the median over the rounds, each ratio the median of
- * the rounds' ratios to the undecorated handler on the same process.
+ * `npm run bench:http`: the library's own CPU per request over HTTP (issue 23),
+ * against the pass-through interceptor (Nest's price for any interceptor) and
+ * the nearest peer, node-idempotency (bench/peer, installed there on first
+ * use). Per adapter (Fastify, Express), each target's application runs in its
+ * own process; autocannon loads it from this one, fresh keys and replays; the
+ * targets alternate round by round. CPU per request is the application
+ * process's user + system time (/proc/<pid>/stat) over the requests it
+ * answered; "over the pass-through" is the difference to the pass-through
+ * interceptor's in the same round, median over the rounds.
  *
- * Tunables (environment): BENCH_ROUNDS (3), BENCH_SECONDS (5), BENCH_CACHE_ENTRIES (10000),
- * BENCH_HTTP_ADAPTERS (express,fastify), BENCH_HTTP_WORKLOADS (all; names separated by ';', as the table
- * spells them, e.g. 'fresh keys, memory store;replay, memory store'),
- * BENCH_RESULTS_DIR (where RESULTS-http.md goes; default bench/: set it for shortened runs).
+ * Tunables (environment): BENCH_ROUNDS (5), BENCH_SECONDS (3), BENCH_QUICK=1 (5 rounds of 1 s: for
+ * development), BENCH_HTTP_ADAPTERS (fastify,express), BENCH_CPU_TARGETS (all; names separated by ';',
+ * as the table spells them), IDEMPOTENCY_BENCH_PG_URL (else embedded PostgreSQL),
+ * IDEMPOTENCY_BENCH_REDIS_URL (127.0.0.1:6379), BENCH_RESULTS_DIR (where RESULTS-http.md goes; default
+ * bench/: set it for shortened runs).
  */
 import { randomBytes } from 'node:crypto';
-import fs from 'node:fs';
 import os from 'node:os';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import {
-  Adapter,
-  baselineOf,
-  compareHttp,
-  HTTP_WORKLOADS,
-  HttpRow,
-  HttpWorkload,
-  isBaseline,
-  plainBaselineOf,
-} from './lib/http';
+  ALL_CPU_TARGETS,
+  compareCpu,
+  CPU_TARGETS,
+  CpuRow,
+  CpuTarget,
+  Keys,
+  PASS_THROUGH,
+  spread,
+} from './lib/cpu-per-request';
+import { Adapter } from './lib/http';
 import { openDataSource, serverVersion, startServer } from './lib/postgres';
-import { resultsPath } from './lib/report';
-import { envNumber } from './lib/stats';
-import { HTTP_TARGETS } from './sections/http';
+import { mdTable, resultsPath, writeMarkdown } from './lib/report';
+import {
+  connectRedis,
+  deleteRedisPrefix,
+  REDIS_URL,
+  redisServerInfo,
+  scratchPrefix,
+} from './lib/servers';
+import { envNumber, fmtRange, median } from './lib/stats';
+import { ensurePeerInstalled } from './peer/load';
 
-const ROUNDS = envNumber('BENCH_ROUNDS', 3);
-const SECONDS = envNumber('BENCH_SECONDS', 5);
-const CACHE_ENTRIES = envNumber('BENCH_CACHE_ENTRIES', 10_000);
+const QUICK = process.env.BENCH_QUICK === '1';
+const ROUNDS = envNumber('BENCH_ROUNDS', 5);
+const SECONDS = envNumber('BENCH_SECONDS', QUICK ? 1 : 3);
+const WARM_SECONDS = QUICK ? 1 : 2;
 const CONNECTIONS = 32;
-const ADAPTERS = (process.env.BENCH_HTTP_ADAPTERS ?? 'express,fastify')
+const ADAPTERS = (process.env.BENCH_HTTP_ADAPTERS ?? 'fastify,express')
   .split(',')
   .map((s) => s.trim())
   .filter(Boolean) as Adapter[];
-const WORKLOADS = process.env.BENCH_HTTP_WORKLOADS
-  ? (process.env.BENCH_HTTP_WORKLOADS.split(';').map((s) => s.trim()) as HttpWorkload[])
-  : HTTP_WORKLOADS;
+const TARGETS = process.env.BENCH_CPU_TARGETS
+  ? (process.env.BENCH_CPU_TARGETS.split(';').map((s) => s.trim()) as CpuTarget[])
+  : ALL_CPU_TARGETS;
 for (const a of ADAPTERS)
   if (a !== 'express' && a !== 'fastify') throw new Error(`BENCH_HTTP_ADAPTERS: unknown "${a}"`);
-for (const w of WORKLOADS)
-  if (!HTTP_WORKLOADS.includes(w)) throw new Error(`BENCH_HTTP_WORKLOADS: unknown "${w}"`);
+for (const t of TARGETS)
+  if (!(t in CPU_TARGETS)) throw new Error(`BENCH_CPU_TARGETS: unknown "${t}"`);
+
+const log = (line: string) => process.stderr.write(`${line}\n`);
+const uses = (app: string) => TARGETS.some((t) => CPU_TARGETS[t].app === app);
 
 async function main() {
-  const server = await startServer();
-  const schema = `bench_http_${randomBytes(4).toString('hex')}`;
-  const setup = await openDataSource(server.url, 'idem-bench-setup', 2);
-  const schemaStore = new TypeOrmIdempotencyStore(setup, { schema, ensureSchema: true });
-  await schemaStore.init();
-  await schemaStore.close();
-  const version = await serverVersion(setup);
-
-  const results: HttpRow[] = [];
+  if (uses('peer-memory') || uses('peer-redis')) ensurePeerInstalled(log);
+  const usesRedis = uses('redis') || uses('peer-redis');
+  const redis = usesRedis ? await connectRedis() : undefined;
+  const redisVersion = redis ? (await redisServerInfo(redis)).version : undefined;
+  const prefixes = { redis: scratchPrefix('cpu'), peer: scratchPrefix('cpu-peer') };
+  const pg = uses('postgres') ? await startServer() : undefined;
+  const schema = `bench_cpu_${randomBytes(4).toString('hex')}`;
+  const setup = pg ? await openDataSource(pg.url, 'idem-bench-setup', 2) : undefined;
+  if (setup) {
+    const store = new TypeOrmIdempotencyStore(setup, { schema, ensureSchema: true });
+    await store.init();
+    await store.close();
+  }
+  const pgVersion = setup ? await serverVersion(setup) : undefined;
+  const rows: CpuRow[] = [];
   try {
-    for (const adapter of ADAPTERS) {
-      results.push(
-        ...(await compareHttp({
+    for (const adapter of ADAPTERS)
+      rows.push(
+        ...(await compareCpu({
           adapter,
-          databaseUrl: server.url,
-          schema,
+          targets: TARGETS,
           rounds: ROUNDS,
           seconds: SECONDS,
+          warmSeconds: WARM_SECONDS,
           connections: CONNECTIONS,
-          cacheMaxEntries: CACHE_ENTRIES,
-          workloads: WORKLOADS,
-          log: (line) => process.stderr.write(`${line}\n`),
+          stores: {
+            postgres: pg && { url: pg.url, scope: schema },
+            redis: { url: REDIS_URL, scope: prefixes.redis },
+            'peer-redis': { url: REDIS_URL, scope: prefixes.peer },
+          },
+          log,
         })),
       );
-    }
   } finally {
-    await setup.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await setup.destroy();
-    await server.stop();
+    if (redis) {
+      for (const prefix of Object.values(prefixes)) await deleteRedisPrefix(redis, prefix);
+      redis.destroy();
+    }
+    if (setup) {
+      await setup.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await setup.destroy();
+    }
+    await pg?.stop();
   }
+  await report(rows, { pgVersion, redisVersion, external: pg?.external });
+}
 
-  const rows = results.map((r) => {
-    const target = HTTP_TARGETS[r.workload];
-    const baseline = isBaseline(r.workload);
-    const againstPlain =
-      baselineOf(r.workload) === plainBaselineOf(r.workload)
-        ? ''
-        : `; ${r.plainRatio.toFixed(2)} against the fixed-key one`;
-    return [
-      r.adapter,
-      r.workload,
-      r.rps.toFixed(0),
-      `${r.p50} ms`,
-      `${r.p99} ms`,
-      r.cpuMicros.toFixed(1),
-      baseline
-        ? '1'
-        : `${r.ratio.toFixed(2)} (${r.ratios.map((x) => x.toFixed(2)).join(' / ')}${againstPlain})`,
-      baseline ? '1' : r.cpuRatio.toFixed(2),
-      target === undefined ? '' : `≥ ${target.toFixed(2)}: ${r.ratio >= target ? 'met' : 'missed'}`,
-      String(r.failures),
+async function report(
+  rows: CpuRow[],
+  servers: { pgVersion?: string; redisVersion?: string; external?: boolean },
+) {
+  const of = (adapter: Adapter, target: CpuTarget, keys: Keys) =>
+    rows.find((r) => r.adapter === adapter && r.target === target && r.keys === keys)!;
+  const cpu = (r: CpuRow) => spread(r.samples.map((s) => s.cpuUs));
+  const over = (r: CpuRow) => (r.target === PASS_THROUGH ? '0' : spread(r.overPassThrough, true));
+  const rps = (r: CpuRow) => median(r.samples.map((s) => s.rps)).toFixed(0);
+  const loads = (r: CpuRow[]) =>
+    fmtRange(
+      r.flatMap((x) => x.samples.map((s) => s.load)),
+      1,
+    );
+  const sections: string[] = [];
+  for (const adapter of ADAPTERS) {
+    const header = [
+      'target',
+      'fresh keys: CPU µs/request',
+      'over the pass-through',
+      'replays: CPU µs/request',
+      'over the pass-through',
+      'req/s fresh / replays',
+      'errors + non-2xx',
+      'load (1 min)',
     ];
-  });
-  const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, ${os.type()} ${os.release()}, Node ${process.version}, PostgreSQL ${version}${server.external ? '' : ' (embedded, default settings)'}`;
-  const header = [
-    'adapter',
-    'workload',
-    'req/s (median)',
-    'p50',
-    'p99',
-    'app CPU µs/request (median)',
-    'ratio to undecorated, same process (rounds)',
-    'CPU ratio',
-    'target',
-    'errors + non-2xx',
-  ];
-  const table = [header, ...rows];
-  const widths = header.map((_, i) => Math.max(...table.map((r) => r[i].length)));
-  const line = (r: string[]) => `| ${r.map((c, i) => c.padEnd(widths[i])).join(' | ')} |`;
+    const table = TARGETS.filter((t) => rows.some((r) => r.adapter === adapter && r.target === t))
+      .concat(TARGETS.includes(PASS_THROUGH) ? [] : [PASS_THROUGH])
+      .map((target) => {
+        const [fresh, replay] = [of(adapter, target, 'fresh'), of(adapter, target, 'replay')];
+        const failures = [fresh, replay]
+          .flatMap((r) => r.samples)
+          .reduce((n, s) => n + s.failures, 0);
+        return [
+          target,
+          cpu(fresh),
+          target === 'undecorated' ? '' : over(fresh),
+          cpu(replay),
+          target === 'undecorated' ? '' : over(replay),
+          `${rps(fresh)} / ${rps(replay)}`,
+          String(failures),
+          loads([fresh, replay]),
+        ];
+      });
+    sections.push(
+      `## ${adapter === 'fastify' ? 'Fastify' : 'Express'}`,
+      '',
+      ...mdTable(header, table),
+      '',
+    );
+  }
+  const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, Node ${process.version}${servers.pgVersion ? `, PostgreSQL ${servers.pgVersion}${servers.external ? '' : ' (embedded)'}` : ''}${servers.redisVersion ? `, Redis ${servers.redisVersion}` : ''}`;
   const markdown = [
-    '# HTTP benchmark (`npm run bench:http`)',
+    '# CPU per request over HTTP (`npm run bench:http`)',
     '',
-    `Machine: ${machine}.`,
+    `Machine: ${machine}; load average (1 min) ${os.loadavg()[0].toFixed(2)} at the end.`,
     '',
-    `${CONNECTIONS} connections, POST with a JSON body, a trivial handler (no database work of its own); ${ROUNDS} rounds of ${SECONDS} s per workload, the workloads alternating within each round; req/s, p50 and p99 are medians over the rounds, and a ratio is the median of the rounds' ratios (the workload's req/s ÷ the undecorated handler's on the same process in the same round). "fresh keys" is a first execution per request (acquire + complete: two PostgreSQL round trips), compared with "undecorated, fresh key each" (the undecorated route sent the same requests: a new Idempotency-Key each, which autocannon rebuilds per request at about the cost of the server's work on Fastify; the figure against the fixed-key undecorated workload follows in the same cell); "replay" repeats one completed key (one round trip), compared with "undecorated" (the same fixed key header, ignored); "app CPU" is the application process's user + system time per request (process.cpuUsage() around each run), and "CPU ratio" the baseline's CPU per request ÷ the workload's (median of the rounds), what the ratio would be if the application had its core to itself; "undecorated, cache process" and "replay, cache on" run against a second application process started with the module option \`cache: { maxEntries: ${CACHE_ENTRIES} }\` (a cached replay makes no round trip); their ratio is to that process's own undecorated figure. "undecorated, memory process", "pass-through interceptor, memory process" (a route whose only interceptor returns next.handle(): what Nest's interceptor machinery costs any interceptor, a diagnostic), "fresh keys, memory store" and "replay, memory store" run against a third process on \`InMemoryIdempotencyStore\` with the cache off (no database at all: the library's own cost per request; its replays are uncached). The applications run in their own processes, autocannon in this one.`,
+    `${CONNECTIONS} connections, POST with a small JSON body to a trivial handler; ${ROUNDS} rounds of ${SECONDS} s per target and kind of key, every target alternating within each round (a ${WARM_SECONDS} s warm-up of each first). CPU µs/request: the application process's user + system time from /proc over the requests it answered, the median of the rounds (lowest to highest in brackets). "over the pass-through": the target's CPU per request minus that of the route whose only interceptor returns next.handle(), in the same round; the median of the rounds' differences (their range in brackets). Fresh keys: a new Idempotency-Key per request (a first execution); replays: one key completed before the rounds, repeated. node-idempotency is \`@node-idempotency/nestjs\` 1.0.4 with its in-memory and Redis (node-redis 4) adapters, run on this repository's Nest (bench/peer). "load": the 1-minute load average after each run, lowest to highest: the machine is shared, so read the figures beside it.`,
     '',
-    line(header),
-    `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`,
-    ...rows.map(line),
-    '',
+    ...sections,
   ].join('\n');
-  console.log(markdown);
   const out = resultsPath('RESULTS-http.md');
-  fs.writeFileSync(out, markdown);
+  await writeMarkdown(out, markdown);
+  console.log(markdown);
   console.log(`written to ${out}`);
 }
 

@@ -3,6 +3,9 @@
 // BENCH_STORE=memory uses the in-memory store (no database); default: TypeOrmIdempotencyStore.
 // BENCH_STORE=mariadb: TypeOrmIdempotencyStore on a `mariadb` DataSource at DATABASE_URL, table BENCH_SCHEMA;
 // BENCH_STORE=redis: RedisIdempotencyStore on the server at DATABASE_URL, key prefix BENCH_SCHEMA.
+// BENCH_STORE=peer-memory / peer-redis: node-idempotency instead (bench/peer), on its in-memory adapter or on
+// Redis at DATABASE_URL (key prefix BENCH_SCHEMA); only its `/idempotent` route.
+// Every handler answers with a run counter, so a replay can be told from a second execution.
 // IPC: { type: 'trips' } answers { roundTrips } (the store's, counted in the driver: bench/lib/driver-count.ts);
 // { type: 'rss' } answers { rss }; { type: 'cpu' } answers { cpuMicros } (user + system); { type: 'memory' } forces a full GC first when the
 // process runs with --expose-gc and answers { memory: process.memoryUsage(), gc }.
@@ -17,6 +20,7 @@ import {
   Module,
   NestInterceptor,
   Post,
+  Type,
   UseInterceptors,
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -38,6 +42,10 @@ import {
   installDriverCounter,
   installMysqlCounter,
 } from '../lib/driver-count';
+import { PeerStore } from '../peer/load';
+import { peerModule } from '../peer/module';
+
+let runs = 0;
 
 /** Does nothing: what Nest's interceptor machinery alone costs a route (a diagnostic baseline). */
 @Injectable()
@@ -66,11 +74,25 @@ class BenchController {
   @HttpCode(200)
   @Idempotent()
   idempotent(@Body() body: { n: number }) {
-    return { ok: true, n: body.n };
+    return { ok: true, n: body.n, run: ++runs };
   }
 }
 
-async function main() {
+/** The application's root module: this library on the store BENCH_STORE names, or the peer. */
+async function benchModule(): Promise<{
+  module: Type;
+  dataSource?: DataSource;
+  redis?: ReturnType<typeof createClient>;
+}> {
+  const kind = process.env.BENCH_STORE ?? 'postgres';
+  if (kind === 'peer-memory' || kind === 'peer-redis')
+    return {
+      module: peerModule(
+        kind as PeerStore,
+        process.env.DATABASE_URL ?? '',
+        process.env.BENCH_SCHEMA ?? '',
+      ),
+    };
   let dataSource: DataSource | undefined;
   let redis: ReturnType<typeof createClient> | undefined;
   let store: IdempotencyStore;
@@ -109,7 +131,11 @@ async function main() {
     controllers: [BenchController],
   })
   class BenchModule {}
+  return { module: BenchModule, dataSource, redis };
+}
 
+async function main() {
+  const { module: BenchModule, dataSource, redis } = await benchModule();
   const app =
     process.env.ADAPTER === 'fastify'
       ? await NestFactory.create(BenchModule, new FastifyAdapter(), { logger: false })

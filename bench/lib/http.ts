@@ -3,6 +3,7 @@ import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
+import type { PeerStore } from '../peer/load';
 import { cpuUsOf } from './cpu';
 import { alternate } from './throughput';
 import { median, pairedRatios } from './stats';
@@ -89,6 +90,8 @@ export function plainBaselineOf(workload: HttpWorkload): HttpWorkload {
 
 export interface AppProcess {
   url: string;
+  /** The process id (its CPU time can be read from /proc: bench/lib/cpu.ts). */
+  pid: number;
   /** CPU time (user + system, µs) the process has used so far. */
   cpuMicros(): Promise<number>;
   /** The store's round trips so far, counted in the process's driver (bench/lib/driver-count.ts). */
@@ -109,7 +112,7 @@ export interface AppOptions {
    * `databaseUrl` (table `schema`); `redis`: RedisIdempotencyStore on the
    * server at `databaseUrl` (key prefix `schema`); `memory`: InMemoryIdempotencyStore.
    */
-  store?: DatabaseStore | 'memory';
+  store?: DatabaseStore | 'memory' | PeerStore;
   databaseUrl: string;
   schema: string;
   poolSize?: number;
@@ -158,6 +161,7 @@ export async function startApp(options: AppOptions): Promise<AppProcess> {
     });
   return {
     url: `http://127.0.0.1:${message.port}`,
+    pid: child.pid!,
     ask,
     cpuMicros: async () => (await ask<{ cpuMicros: number }>('cpu', 'cpuMicros')).cpuMicros,
     roundTrips: async () => (await ask<{ roundTrips: number }>('trips', 'roundTrips')).roundTrips,

@@ -244,6 +244,36 @@ describe('IdempotencyEngine', () => {
     });
   });
 
+  describe("the run's abort signal", () => {
+    it('is made only when the work reads it: a door that never does makes no AbortController', async () => {
+      const { engine } = setup();
+      const Real = globalThis.AbortController;
+      let made = 0;
+      globalThis.AbortController = class extends Real {
+        constructor() {
+          super();
+          made++;
+        }
+      };
+      try {
+        const outcome = await engine.perform(
+          engine.policy(request()),
+          { identity: { kind: 'key', key: KEY }, required: true },
+          {
+            invoke: async () => 'done',
+            capture: () => ({ kind: 'stored', payload: encodeValue('done') }),
+          },
+        );
+        expect(outcome.kind).toBe('executed');
+        expect(made).toBe(0);
+        await engine.execute(request({ key: `${KEY}-2` }), async (signal) => signal.aborted);
+        expect(made).toBe(1);
+      } finally {
+        globalThis.AbortController = Real;
+      }
+    });
+  });
+
   describe('heartbeat', () => {
     it('keeps the key through an action running 3.5 times its lease', async () => {
       const store = new InMemoryIdempotencyStore();

@@ -180,6 +180,26 @@ function invoke<T>(work: CallWork<T>, invocation: Invocation): Promise<T> {
 
 const NEVER_ABORTED = new AbortController().signal;
 
+/**
+ * The invocation of a run its record follows. Its `signal` is the
+ * execution's, made when first read: an AbortController costs more than the
+ * rest of a fresh key's bookkeeping, and the doors never read it. A class, as
+ * an object literal with a getter takes V8's slow path.
+ */
+class RecordedRun implements Invocation {
+  readonly capturing = true;
+
+  constructor(
+    private readonly execution: Execution,
+    readonly context: IdempotencyContext,
+    readonly tx?: unknown,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.execution.signal;
+  }
+}
+
 /** `completion: 'separate'`: the work runs, then its captured result completes the record. */
 async function runAndComplete<T>(
   runtime: EngineRuntime,
@@ -190,7 +210,7 @@ async function runAndComplete<T>(
 ): Promise<CallOutcome<T>> {
   let value: T;
   try {
-    value = await invoke(work, { signal: execution.signal, capturing: true, context });
+    value = await invoke(work, new RecordedRun(execution, context));
   } catch (error) {
     // Released; in strict mode AMBIGUOUS once the work's body began.
     await execution.fail(error, work.entered?.() ?? true);
@@ -320,12 +340,7 @@ async function runInTransaction<T>(
     const value = await execution.runInTransaction(
       runner,
       async (tx) => {
-        const value = await invoke(work, {
-          signal: execution.signal,
-          capturing: true,
-          tx,
-          context,
-        });
+        const value = await invoke(work, new RecordedRun(execution, context, tx));
         returned = true;
         work.returned?.(value);
         const capture = await captureOf(work, value, execution);

@@ -1,0 +1,191 @@
+/**
+ * The library's own CPU per request over HTTP, against Nest's pass-through
+ * interceptor and the nearest peer (node-idempotency): each target's
+ * application process's CPU time (from /proc) divided by the requests it
+ * answered, fresh keys and replays, in alternating rounds.
+ */
+import autocannon from 'autocannon';
+import { randomUUID } from 'node:crypto';
+import os from 'node:os';
+import { PeerStore } from '../peer/load';
+import { cpuUsOf } from './cpu';
+import { Adapter, AppProcess, DatabaseStore, startApp } from './http';
+import { median } from './stats';
+import { alternate } from './throughput';
+
+/** The application processes: this library on each store, the peer on each of its adapters. */
+export type AppName = 'memory' | DatabaseStore | PeerStore;
+
+export const CPU_TARGETS = {
+  undecorated: { app: 'memory', path: '/plain' },
+  'one pass-through interceptor': { app: 'memory', path: '/passthrough' },
+  'node-idempotency, in memory': { app: 'peer-memory', path: '/idempotent' },
+  'node-idempotency, Redis': { app: 'peer-redis', path: '/idempotent' },
+  'this library, in memory': { app: 'memory', path: '/idempotent' },
+  'this library, Redis': { app: 'redis', path: '/idempotent' },
+  'this library, PostgreSQL': { app: 'postgres', path: '/idempotent' },
+} as const satisfies Record<string, { app: AppName; path: string }>;
+export type CpuTarget = keyof typeof CPU_TARGETS;
+export const ALL_CPU_TARGETS = Object.keys(CPU_TARGETS) as CpuTarget[];
+/** The ceiling every other target is measured over. */
+export const PASS_THROUGH: CpuTarget = 'one pass-through interceptor';
+
+/** `fresh`: a new Idempotency-Key per request (a first execution); `replay`: one completed key repeated. */
+export type Keys = 'fresh' | 'replay';
+
+export interface CpuSample {
+  /** The application process's CPU µs (user + system, /proc) per answered request. */
+  cpuUs: number;
+  rps: number;
+  failures: number;
+  /** The 1-minute load average when the run ended. */
+  load: number;
+}
+
+export interface CpuRow {
+  adapter: Adapter;
+  target: CpuTarget;
+  keys: Keys;
+  /** One sample per round, in order. */
+  samples: CpuSample[];
+  /** This target's CPU per request minus the pass-through's in the same round, per round. */
+  overPassThrough: number[];
+}
+
+export interface CpuComparisonOptions {
+  adapter: Adapter;
+  targets: CpuTarget[];
+  rounds: number;
+  seconds: number;
+  warmSeconds: number;
+  connections: number;
+  /** Where each store lives: its server's URL and this run's schema, table or key prefix. */
+  stores: Partial<Record<AppName, { url: string; scope: string }>>;
+  log?: (line: string) => void;
+}
+
+/** POSTs one key twice and checks the second answer is the first one's replay (same run counter). */
+async function seedReplayKey(url: string): Promise<string> {
+  const key = randomUUID();
+  const send = async () => {
+    const response = await fetch(`${url}/idempotent`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify({ n: 1 }),
+    });
+    if (response.status !== 200) throw new Error(`seeding the replay key: HTTP ${response.status}`);
+    return (await response.json()) as { run: number };
+  };
+  const first = await send();
+  const again = await send();
+  if (again.run !== first.run)
+    throw new Error(`${url}: the second request with one key ran the handler again`);
+  return key;
+}
+
+function load(
+  url: string,
+  path: string,
+  keys: Keys,
+  replayKey: string,
+  options: { connections: number; seconds: number },
+): Promise<autocannon.Result> {
+  const headers = { 'content-type': 'application/json', 'idempotency-key': replayKey };
+  const request: autocannon.Request = {
+    method: 'POST',
+    path,
+    headers,
+    body: JSON.stringify({ n: 1 }),
+    ...(keys === 'fresh'
+      ? {
+          setupRequest: (req: autocannon.Request) => ({
+            ...req,
+            headers: { ...req.headers, 'idempotency-key': randomUUID() },
+          }),
+        }
+      : {}),
+  };
+  return new Promise((resolve, reject) =>
+    autocannon(
+      {
+        url,
+        connections: options.connections,
+        duration: options.seconds,
+        requests: [request],
+      },
+      (error, result) => (error ? reject(error) : resolve(result)),
+    ),
+  );
+}
+
+/** Starts the targets' processes, warms each run, then `rounds` rounds of every target × keys in turn. */
+export async function compareCpu(options: CpuComparisonOptions): Promise<CpuRow[]> {
+  const targets = options.targets.includes(PASS_THROUGH)
+    ? options.targets
+    : [PASS_THROUGH, ...options.targets];
+  const appNames = [...new Set(targets.map((t) => CPU_TARGETS[t].app))];
+  const apps: Partial<Record<AppName, AppProcess>> = {};
+  try {
+    for (const name of appNames) {
+      const store = options.stores[name];
+      apps[name] = await startApp({
+        adapter: options.adapter,
+        store: name,
+        databaseUrl: store?.url ?? '',
+        schema: store?.scope ?? '',
+      });
+    }
+    const replayKeys: Partial<Record<AppName, string>> = {};
+    for (const name of appNames) replayKeys[name] = await seedReplayKey(apps[name]!.url);
+    const run = async (target: CpuTarget, keys: Keys, seconds: number): Promise<CpuSample> => {
+      const { app: name, path } = CPU_TARGETS[target];
+      const app = apps[name]!;
+      const before = cpuUsOf([app.pid]);
+      const result = await load(app.url, path, keys, replayKeys[name]!, {
+        connections: options.connections,
+        seconds,
+      });
+      const after = cpuUsOf([app.pid]);
+      if (before === undefined || after === undefined)
+        throw new Error(`no /proc/${app.pid}/stat: the CPU per request needs Linux's /proc`);
+      const requests = Math.max(1, result.requests.total);
+      return {
+        cpuUs: (after - before) / requests,
+        rps: result.requests.average,
+        failures: result.errors + result.timeouts + result.non2xx,
+        load: os.loadavg()[0],
+      };
+    };
+    const variants = targets.flatMap((t) =>
+      (['fresh', 'replay'] as const).map((k) => [t, k] as const),
+    );
+    const name = ([t, k]: readonly [CpuTarget, Keys]) => `${t}|${k}`;
+    for (const v of variants) await run(v[0], v[1], options.warmSeconds);
+    const samples = await alternate(
+      options.rounds,
+      Object.fromEntries(variants.map((v) => [name(v), () => run(v[0], v[1], options.seconds)])),
+      (round, n) =>
+        n === name(variants[0]) &&
+        options.log?.(`${options.adapter}: round ${round + 1}/${options.rounds}`),
+    );
+    return variants.map(([target, keys]) => {
+      const own = samples[name([target, keys])];
+      const pass = samples[name([PASS_THROUGH, keys])];
+      return {
+        adapter: options.adapter,
+        target,
+        keys,
+        samples: own,
+        overPassThrough: own.map((s, i) => s.cpuUs - pass[i].cpuUs),
+      };
+    });
+  } finally {
+    await Promise.all(Object.values(apps).map((app) => app.stop()));
+  }
+}
+
+/** "101 (97–108)": the median and the rounds' range, rounded to the microsecond. */
+export function spread(xs: number[], signed = false): string {
+  const f = (x: number) => `${signed && x >= 0 ? '+' : ''}${x.toFixed(0)}`;
+  return `${f(median(xs))} (${f(Math.min(...xs))} to ${f(Math.max(...xs))})`;
+}
