@@ -9,13 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
 import { scratchSchema } from '../support/postgres';
-import {
-  Child,
-  executionsOf,
-  is,
-  setUpFaultCase,
-  tearDownFaultCase,
-} from './support/harness';
+import { Child, executionsOf, is, setUpFaultCase, tearDownFaultCase } from './support/harness';
 
 const LEASE_MS = 1000;
 const SCOPE = 'faults.steps';
@@ -38,7 +32,13 @@ describe('fault 10: recorded steps when the holder is killed with SIGKILL', () =
 
   it('runs a recorded step once: the successor gets its value without running it', async () => {
     const key = randomUUID();
-    const request = { scope: SCOPE, key, lease: `${LEASE_MS}ms`, ttl: '1h', step: 'after' as const };
+    const request = {
+      scope: SCOPE,
+      key,
+      lease: `${LEASE_MS}ms`,
+      ttl: '1h',
+      step: 'after' as const,
+    };
     holder.send({ cmd: 'execute', id: 'h', ...request, waitTimeout: '0s', hold: true });
     // `entered` comes after the step recorded.
     const entered = await holder.waitFor('the holder past its step', is.entered('h'), 30_000);

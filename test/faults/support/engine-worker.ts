@@ -91,7 +91,8 @@ async function call(command: Omit<ExecuteCommand, 'cmd'>): Promise<CallResult> {
             }
             return token;
           });
-          if (command.step === 'inside') return { token, pid: process.pid, aborted: signal.aborted };
+          if (command.step === 'inside')
+            return { token, pid: process.pid, aborted: signal.aborted };
         }
         send({ type: 'entered', id: command.id, token });
         if (command.hold) await waitForRelease(command.id);
