@@ -214,6 +214,7 @@ describe.runIf(mariadbAvailable())(
             'CreateIdempotencyRecords1764460800000',
             'UpgradeIdempotencyRecords1764547200000',
             'AddIdempotencyAmbiguousState1764633600000',
+            'AddIdempotencySteps1764806400000',
           ]);
           expect(await tableExists(table)).toBe(true);
           const store = newStore(admin, { table });
@@ -229,8 +230,14 @@ describe.runIf(mariadbAvailable())(
           expect(ddl['Create Table']).toContain('`ambiguous_since` datetime(6)');
           await expect(migrations.showMigrations()).resolves.toBe(false);
 
-          // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
+          // Undoing recorded steps would let a takeover run recorded steps again: refused.
           await expect(migrations.undoLastMigration()).rejects.toThrow(
+            'AddIdempotencySteps1764806400000 cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead',
+          );
+          // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
+          await expect(
+            new (createIdempotencyMigrations({ table })[2])().down(undefined as never),
+          ).rejects.toThrow(
             'AddIdempotencyAmbiguousState1764633600000 cannot be reverted: AMBIGUOUS records would be lost and their keys could run again; restore a backup instead',
           );
           expect(await tableExists(table)).toBe(true);

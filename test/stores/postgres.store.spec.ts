@@ -117,6 +117,7 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
         'CreateIdempotencyRecords1764460800000',
         'UpgradeIdempotencyRecords1764547200000',
         'AddIdempotencyAmbiguousState1764633600000',
+        'AddIdempotencySteps1764806400000',
       ]);
       expect(await tableExists(schema)).toBe(true);
       const store = newStore(admin, { schema });
@@ -124,8 +125,14 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       await roundTrip(store);
       await expect(migrations.showMigrations()).resolves.toBe(false);
 
-      // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
+      // Undoing recorded steps would let a takeover run recorded steps again: refused.
       await expect(migrations.undoLastMigration()).rejects.toThrow(
+        'AddIdempotencySteps1764806400000 cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead',
+      );
+      // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
+      await expect(
+        new (createIdempotencyMigrations({ schema })[2])().down(undefined as never),
+      ).rejects.toThrow(
         'AddIdempotencyAmbiguousState1764633600000 cannot be reverted: AMBIGUOUS records would be lost and their keys could run again; restore a backup instead',
       );
       // As is undoing the upgrade, which would lose completed records (bytes jsonb cannot hold).
@@ -139,6 +146,34 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       expect(await tableExists(schema)).toBe(true);
       await expect(migrations.showMigrations()).resolves.toBe(false);
       expectReplayOf(await store.tryAcquire(acquireRequest('s', 'k')), 1);
+    });
+
+    it('refuses a table from before recorded steps, naming the migration, which adds their column', async () => {
+      const schema = newSchema();
+      await admin.query(`CREATE SCHEMA "${schema}"`);
+      const all = createIdempotencyMigrations({ schema });
+      const older = await newDataSource({
+        schema,
+        migrationsTableName: 'typeorm_migrations',
+        migrations: all.slice(0, 3),
+      });
+      await older.runMigrations();
+      const error = await rejection(newStore(admin, { schema }).init());
+      expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
+      expect(error.message).toContain('column "steps" is missing');
+      expect(error.message).toContain(
+        'it predates recorded steps: run the migration AddIdempotencySteps1764806400000 (createIdempotencyMigrations() includes it)',
+      );
+      const current = await newDataSource({
+        schema,
+        migrationsTableName: 'typeorm_migrations',
+        migrations: all,
+      });
+      const ran = await current.runMigrations();
+      expect(ran.map((m) => m.name)).toEqual(['AddIdempotencySteps1764806400000']);
+      const store = newStore(admin, { schema });
+      await store.init();
+      await roundTrip(store);
     });
 
     it('still loads the deprecated createIdempotencyMigration: the 0.1 table, which the store refuses until upgraded, and undo drops it', async () => {

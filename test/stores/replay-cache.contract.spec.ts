@@ -6,7 +6,7 @@ import { postgresHarness } from './pg-harness';
 describeIdempotencyStoreContract(
   'ReplayCachingStore over InMemoryIdempotencyStore',
   async () => ({ store: new ReplayCachingStore(new InMemoryIdempotencyStore()), clock: 'process' }),
-  { clock: 'process', strictMode: true },
+  { clock: 'process', strictMode: true, steps: true },
 );
 
 // Each instance with a cache of its own, as two processes would have.

@@ -268,6 +268,7 @@ describe('upgrading a 0.1 table in place', () => {
     expect(ran.map((m) => m.name)).toEqual([
       'UpgradeIdempotencyRecords1764547200000',
       'AddIdempotencyAmbiguousState1764633600000',
+      'AddIdempotencySteps1764806400000',
     ]);
     await expect(database02.showMigrations()).resolves.toBe(false);
     await expectPreservedAndReplaying(schema, records, before);

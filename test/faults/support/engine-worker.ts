@@ -79,10 +79,23 @@ async function call(command: Omit<ExecuteCommand, 'cmd'>): Promise<CallResult> {
         lease: command.lease,
         waitTimeout: command.waitTimeout,
         ttl: command.ttl,
+        ...(command.strict ? { onExpiredLease: 'refuse' as const } : {}),
       },
-      async (signal): Promise<ActionValue> => {
+      async (signal, ctx): Promise<ActionValue> => {
         const token = randomUUID();
         await recordExecution(command.scope, command.key, token);
+        if (command.step) {
+          await ctx.step('charge', async () => {
+            await recordExecution(`${command.scope}#charge`, command.key, token);
+            if (command.step === 'inside') {
+              send({ type: 'entered', id: command.id, token });
+              await waitForRelease(command.id);
+            }
+            return token;
+          });
+          if (command.step === 'inside')
+            return { token, pid: process.pid, aborted: signal.aborted };
+        }
         send({ type: 'entered', id: command.id, token });
         if (command.hold) await waitForRelease(command.id);
         if (command.workMs) await delay(command.workMs);

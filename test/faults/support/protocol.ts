@@ -17,6 +17,14 @@ export interface ExecuteCommand {
   hold?: boolean;
   /** Time spent in the action (after `entered`, and after the hold if any). */
   workMs?: number;
+  /**
+   * Run a recorded step (`ctx.step('charge')`) before `entered`: its side effect is a row of
+   * `executions` under the scope `<scope>#charge`. `inside`: `hold` blocks inside the step
+   * (begun, not recorded) instead of after it.
+   */
+  step?: 'after' | 'inside';
+  /** Strict mode (`onExpiredLease: 'refuse'`). */
+  strict?: boolean;
 }
 
 export interface BurstCommand {

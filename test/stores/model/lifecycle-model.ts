@@ -1,4 +1,4 @@
-import type { StoredPayload } from 'nest-idempotency';
+import type { AmbiguityReason, StoredPayload } from 'nest-idempotency';
 
 /**
  * A reference model of one scope's records, small enough to check by eye against
@@ -53,7 +53,7 @@ export type ModelRecord =
   | {
       state: 'AMBIGUOUS';
       fingerprint: string | null;
-      reason: 'lease-expired' | 'action-failed';
+      reason: AmbiguityReason;
       ttlExpired: boolean;
     };
 
@@ -71,7 +71,7 @@ export type Snapshot =
       ttlExpired: boolean;
       resolvedBy?: string;
     }
-  | { state: 'AMBIGUOUS'; fingerprint: string | null; reason: 'lease-expired' | 'action-failed' };
+  | { state: 'AMBIGUOUS'; fingerprint: string | null; reason: AmbiguityReason };
 
 /** `tryAcquire` with `waitTimeoutMs: 0`, reduced the same way. */
 export type AcquireOutcome =
@@ -79,7 +79,7 @@ export type AcquireOutcome =
   | { kind: 'duplicate'; payload: StoredPayload }
   | { kind: 'in-flight'; retryAfterWithinLease: true }
   | { kind: 'fingerprint-mismatch' }
-  | { kind: 'ambiguous'; reason: 'lease-expired' | 'action-failed'; transitioned: boolean };
+  | { kind: 'ambiguous'; reason: AmbiguityReason; transitioned: boolean };
 
 /** Strict mode's `resolve`, reduced the same way. */
 export type ResolveOutcome =

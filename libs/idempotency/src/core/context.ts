@@ -1,5 +1,6 @@
 import { assertDerivedKeyName, deriveKeyOf, type DerivedKeySecret } from './derived-key';
 import { keyHash } from './key';
+import type { StepRunner } from './steps';
 
 /**
  * How this attempt came to hold the record: `'first'`, or `'takeover'` when
@@ -26,6 +27,7 @@ export class IdempotencyContext {
   readonly #record: RecordIdentity;
   readonly #keys: DerivedKeySecret;
   readonly #digest: () => string;
+  readonly #steps: StepRunner;
   #hash: string | undefined = undefined;
 
   /** @internal */
@@ -35,7 +37,9 @@ export class IdempotencyContext {
     readonly attempt: IdempotencyAttempt,
     keyDigest: () => string,
     keys: DerivedKeySecret,
+    steps: StepRunner,
   ) {
+    this.#steps = steps;
     this.#record = record;
     this.#digest = keyDigest;
     this.#keys = keys;
@@ -66,6 +70,22 @@ export class IdempotencyContext {
     const { scope, key, tenant } = this.#record;
     this.#hash ??= keyHash(key, tenant);
     return deriveKeyOf(this.#keys, scope, this.#hash, name);
+  }
+
+  /**
+   * Runs `fn` once for this record and `name`, and answers its value: the
+   * value is written into the record under this attempt's lease (a stale
+   * attempt cannot write it), and an attempt that takes the record over
+   * gets the recorded value instead of running `fn` again. The value is
+   * stored as JSON, so every attempt gets it as JSON gives it back. A step
+   * that began and recorded nothing (its holder died meanwhile) runs again,
+   * or, in strict mode, makes the record AMBIGUOUS (`step-unknown`). Names:
+   * 1–100 letters, digits or `. _ : -`, each step its own. Needs a store
+   * that records steps (`store.steps`: every built-in store); outside
+   * enforce mode (`mode: 'observe'`) `fn` simply runs.
+   */
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
+    return this.#steps.run(name, fn);
   }
 
   /** What `console.log` and `JSON.stringify` show: the digest and the attempt, never the key. */

@@ -123,9 +123,11 @@ export class IdempotencyOutcomeUnknownError extends IdempotencyError {
     /** When the record became AMBIGUOUS, by the store's clock. */
     readonly since: Date,
     readonly reason: AmbiguityReason,
+    /** `step-unknown`: the recorded step that began and recorded nothing. */
+    readonly step?: string,
   ) {
     super(
-      `the outcome of an earlier attempt with idempotency key ${keyDigest} is unknown (${reason}); it is not run again until the record is resolved`,
+      `the outcome of an earlier attempt with idempotency key ${keyDigest} is unknown (${reason}${step === undefined ? '' : ` in step ${JSON.stringify(step)}`}); it is not run again until the record is resolved`,
     );
   }
 

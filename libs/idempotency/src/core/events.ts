@@ -56,6 +56,8 @@ export type IdempotencyEvent =
       scope: string;
       keyDigest: string;
       reason: AmbiguityReason;
+      /** `step-unknown`: the recorded step that began and recorded nothing. */
+      step?: string;
     }
   | {
       /** Strict mode: a caller was refused because the record is AMBIGUOUS. */
@@ -63,6 +65,8 @@ export type IdempotencyEvent =
       scope: string;
       keyDigest: string;
       reason: AmbiguityReason;
+      /** `step-unknown`: the recorded step that began and recorded nothing. */
+      step?: string;
       acquireMs: number;
     }
   | {
@@ -84,6 +88,23 @@ export type IdempotencyEvent =
       scope: string;
       keyDigest: string;
       error: string;
+    }
+  | {
+      /** `ctx.step`: the step ran and its value was written into the record. */
+      type: 'step-recorded';
+      scope: string;
+      keyDigest: string;
+      /** The step's name, as the handler gave it. */
+      step: string;
+      /** How long the step's function took, with the write. */
+      stepMs: number;
+    }
+  | {
+      /** `ctx.step`: the step was recorded by an earlier attempt; its value was answered, and nothing ran. */
+      type: 'step-replayed';
+      scope: string;
+      keyDigest: string;
+      step: string;
     }
   | { type: 'completion-retry'; scope: string; keyDigest: string; attempt: number; error: string }
   | { type: 'completion-failed'; scope: string; keyDigest: string; attempts: number; error: string }

@@ -7,6 +7,7 @@ import { assertValidKey, keyDigest, storedScope } from './key';
 import type { ExecutionPolicy } from './policy';
 import type { EngineRuntime } from './runtime';
 import { answerAmbiguous, assertStrictModeSupported } from './strict';
+import { RecordedSteps, UNRECORDED_STEPS } from './steps';
 import type { Lease, StoredPayload } from './store';
 
 /**
@@ -117,6 +118,9 @@ export async function begin(
         result.stolen === true ? 'takeover' : 'first',
         () => execution.keyDigest,
         runtime.derivedKeys,
+        options.observing
+          ? UNRECORDED_STEPS
+          : new RecordedSteps(runtime, policy.scope, () => execution.keyDigest, result.lease),
       );
       runtime.emit(() => ({
         type: 'acquired',

@@ -58,6 +58,8 @@ export interface ReconcileQuestion {
   /** When the record became AMBIGUOUS, by the store's clock. */
   since: Date;
   reason: AmbiguityReason;
+  /** `step-unknown`: the recorded step that began and recorded nothing. */
+  step?: string;
 }
 
 export type ReconcileAnswer =

@@ -1,3 +1,4 @@
+import { isStepName, MAX_STEP_NAME_LENGTH } from './steps';
 import type { AcquireRequest, Lease, ListFilter, RecordId, RecordState, Resolution } from './store';
 
 /**
@@ -100,6 +101,18 @@ export function checkPayload(payload: unknown, where: string, argument = 'payloa
 }
 
 /** A lease as `tryAcquire` handed it out: an object with a string `leaseId`. */
+/** A step's name: 1–100 letters, digits or `. _ : -` (see ./steps.ts). */
+export function checkStepName(name: unknown, where: string): void {
+  if (!isStepName(name)) {
+    refuse(
+      where,
+      'name',
+      `a step name (1–${MAX_STEP_NAME_LENGTH} letters, digits or . _ : -)`,
+      name,
+    );
+  }
+}
+
 export function checkLease(lease: Lease, where: string): void {
   checkObject(where, 'lease', lease);
   checkString(where, 'lease.leaseId', lease.leaseId);

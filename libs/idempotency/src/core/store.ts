@@ -64,6 +64,44 @@ export interface IdempotencyStore {
    * the bootstrap. Wrappers pass it on.
    */
   readonly strictMode?: StrictModeSupport;
+  /**
+   * Optional capability: recorded steps (`ctx.step(name, fn)`). A store that
+   * declares it keeps, inside each IN_PROGRESS record, one entry per step
+   * name: begun, or recorded with its value. A takeover of an expired lease
+   * keeps them; completion, release and a fresh record drop them. Wrappers
+   * pass it on.
+   */
+  readonly steps?: StepSupport;
+}
+
+/**
+ * What a store that records steps offers besides the base SPI. Two fenced
+ * writes and one read: `begin` is the look and the mark in one round trip (a
+ * replayed step costs one), `record` is fenced like `complete`, and `list`
+ * reads by record id, since an AMBIGUOUS record has no lease to read under.
+ */
+export interface StepSupport {
+  /**
+   * The step `name` of the record held under `lease`: its recorded value if
+   * there is one (nothing changes), else `null` after marking it begun.
+   * Throws `IdempotencyLeaseLostError` unless the record is IN_PROGRESS
+   * under that lease id.
+   */
+  begin(lease: Lease, name: string): Promise<StoredPayload | null>;
+  /**
+   * Writes the value of step `name` (begun or not). Throws
+   * `IdempotencyLeaseLostError` unless the record is IN_PROGRESS under that
+   * lease id, and `IdempotencyPayloadError` for a value over the store's limit.
+   */
+  record(lease: Lease, name: string, value: StoredPayload): Promise<void>;
+  /** The steps of a record (IN_PROGRESS or AMBIGUOUS), sorted by name; none for another state or no record. Changes nothing. */
+  list(id: RecordId): Promise<RecordedStep[]>;
+}
+
+/** One step of a record: `value` null when it began and recorded nothing. */
+export interface RecordedStep {
+  name: string;
+  value: StoredPayload | null;
 }
 
 /**
@@ -89,8 +127,13 @@ export interface StrictModeSupport {
   resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult>;
 }
 
-/** Why a record became AMBIGUOUS: its holder's lease ran out (strict mode refuses to take it over), or its action threw. */
-export type AmbiguityReason = 'lease-expired' | 'action-failed';
+/**
+ * Why a record became AMBIGUOUS: its holder's lease ran out (strict mode
+ * refuses to take it over), or its action threw. `step-unknown`: either, while
+ * a recorded step (`ctx.step`) had begun and recorded nothing; the engine
+ * reports it (stores keep the first two), naming the step.
+ */
+export type AmbiguityReason = 'lease-expired' | 'action-failed' | 'step-unknown';
 
 /**
  * What an acquirer is told about a record nobody knows the outcome of.
@@ -101,6 +144,8 @@ export interface AmbiguousRecord {
   since: Date;
   reason: AmbiguityReason;
   transitioned?: boolean;
+  /** `step-unknown`: the step that began and recorded nothing (set by the engine). */
+  step?: string;
 }
 
 /** How an AMBIGUOUS record ends, and who said so (`cli:local`, `reconcile`, or a label of yours). */

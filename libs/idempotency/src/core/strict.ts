@@ -7,6 +7,7 @@ import { describeError } from './error-text';
 import type { EngineRuntime } from './runtime';
 import { encodeValue } from './payload';
 import type { ExecutionPolicy, ReconcileAnswer } from './policy';
+import { withUnknownStep } from './steps';
 import type { AmbiguousRecord, IdempotencyStore, StoredPayload } from './store';
 
 /**
@@ -63,17 +64,19 @@ export async function answerAmbiguous(
   context: EngineRuntime,
   policy: ExecutionPolicy,
   id: { scope: string; key: string },
-  found: AmbiguousRecord,
+  given: AmbiguousRecord,
   keyDigest: string,
   acquireStartedAt: number,
 ): Promise<AmbiguousAnswer> {
   const { emit, logger, store } = context;
   const scope = policy.scope;
+  const found = await withUnknownStep(context, id, given, keyDigest);
+  const step = found.step === undefined ? {} : { step: found.step };
   if (found.transitioned) {
     logger.warn(
       `${keyDigest}: the holder's lease ran out and strict mode does not take it over; the record is AMBIGUOUS until it is resolved`,
     );
-    emit(() => ({ type: 'ambiguous', scope, keyDigest, reason: found.reason }));
+    emit(() => ({ type: 'ambiguous', scope, keyDigest, reason: found.reason, ...step }));
   }
   const answer =
     policy.reconcile && store.strictMode
@@ -121,9 +124,10 @@ export async function answerAmbiguous(
     scope,
     keyDigest,
     reason: found.reason,
+    ...step,
     acquireMs: performance.now() - acquireStartedAt,
   }));
-  throw new IdempotencyOutcomeUnknownError(scope, keyDigest, found.since, found.reason);
+  throw new IdempotencyOutcomeUnknownError(scope, keyDigest, found.since, found.reason, found.step);
 }
 
 async function ask(
@@ -140,6 +144,7 @@ async function ask(
       key: id.key,
       since: found.since,
       reason: found.reason,
+      ...(found.step === undefined ? {} : { step: found.step }),
     });
     if (
       answer?.outcome === 'completed' ||

@@ -13,6 +13,7 @@ import type {
   ListFilter,
   RecordId,
   StoredPayload,
+  StepSupport,
   StrictModeSupport,
   TransactionalCompletion,
 } from '../core/store';
@@ -31,6 +32,7 @@ import type {
  * | `idempotency.action.duration` | histogram, `s` | `idempotency.scope` |
  * | `idempotency.store.operation.duration` | histogram, `s` | `idempotency.store.operation`, `error.type` |
  * | `idempotency.purge.records` | counter, `{record}` | — |
+ * | `idempotency.steps` | counter, `{step}` | `idempotency.scope`, `idempotency.step.outcome` (`recorded`, `replayed`) |
  *
  * Every histogram advises `IDEMPOTENCY_DURATION_BUCKETS_SECONDS` as its
  * bucket boundaries; an SDK View of the application's still overrides them.
@@ -110,6 +112,7 @@ interface Instruments {
   wait: Histogram;
   action: Histogram;
   purged: Counter;
+  steps: Counter;
 }
 
 /**
@@ -144,6 +147,10 @@ export function instrumentIdempotencyEngine(
       unit: '{record}',
       description: 'Expired records deleted by purge runs',
     }),
+    steps: meter.createCounter('idempotency.steps', {
+      unit: '{step}',
+      description: 'Recorded steps (ctx.step): run and recorded, or answered from the record',
+    }),
   };
   return engine.onEvent((event) => record(instruments, event));
 }
@@ -158,6 +165,11 @@ function record(instruments: Instruments, event: IdempotencyEvent): void {
     // Observe mode: what enforce would have done (the handler ran anyway).
     const would = `would_${event.wouldHave.replace(/-/g, '_')}`;
     instruments.outcomes.add(1, { ...scope, 'idempotency.outcome': would });
+    return;
+  }
+  if (event.type === 'step-recorded' || event.type === 'step-replayed') {
+    const stepOutcome = event.type === 'step-recorded' ? 'recorded' : 'replayed';
+    instruments.steps.add(1, { ...scope, 'idempotency.step.outcome': stepOutcome });
     return;
   }
   const outcome = OUTCOME[event.type];
@@ -204,6 +216,7 @@ export class TracingIdempotencyStore implements IdempotencyStore {
   readonly onWait?: (listener: (scope: string) => void) => () => void;
   readonly transactional?: TransactionalCompletion;
   readonly strictMode?: StrictModeSupport;
+  readonly steps?: StepSupport;
   readonly ping?: () => Promise<void>;
 
   constructor(
@@ -236,6 +249,17 @@ export class TracingIdempotencyStore implements IdempotencyStore {
             () => strict.resolve(id, resolution),
             (result) => ({ 'idempotency.outcome': result.kind }),
           ),
+      };
+    }
+    const steps = inner.steps;
+    if (steps) {
+      this.steps = {
+        begin: (lease, name) => this.span('step-begin', {}, () => steps.begin(lease, name)),
+        record: (lease, name, value) =>
+          this.span('step-record', { 'idempotency.payload.size': value.length }, () =>
+            steps.record(lease, name, value),
+          ),
+        list: (id) => this.span('step-list', {}, () => steps.list(id)),
       };
     }
     const transactional = inner.transactional;

@@ -30,6 +30,11 @@ export interface DescribeContractOptions {
    * (checked when they run). Default false.
    */
   strictMode?: boolean;
+  /**
+   * Register the recorded-step scenarios: the store declares `steps`
+   * (checked when they run). Default false.
+   */
+  steps?: boolean;
   /** Per-scenario timeout. Default 60 s (the wake-up race over 10,000 iterations takes a while). */
   timeoutMs?: number;
 }
@@ -73,6 +78,7 @@ export function describeIdempotencyStoreContract(
       clock: options.clock ?? 'store',
       expiry: options.expiry ?? 'purge',
       strictMode: options.strictMode ?? false,
+      steps: options.steps ?? false,
     } as unknown as ContractHarness;
     const applicable = STORE_CONTRACT.filter((s) => !s.notApplicable?.(declared));
     for (const group of [...new Set(applicable.map((s) => s.group))]) {
@@ -95,6 +101,11 @@ export function describeIdempotencyStoreContract(
               if (declared.strictMode && !made.store.strictMode) {
                 throw new Error(
                   "describeIdempotencyStoreContract was told strictMode: true, but the harness's store does not declare strictMode",
+                );
+              }
+              if (declared.steps && !made.store.steps) {
+                throw new Error(
+                  "describeIdempotencyStoreContract was told steps: true, but the harness's store does not declare steps",
                 );
               }
               await scenario.run(scenarioContext(made, scale, scenario.id));

@@ -37,6 +37,11 @@ export interface ContractHarness {
    * declares `strictMode`. A store that does not gets N/A for them.
    */
   strictMode?: boolean;
+  /**
+   * Whether the recorded-step scenarios apply. Default: whether the store
+   * declares `steps`. A store that does not gets N/A for them.
+   */
+  steps?: boolean;
   /** Largest payload the store was configured to accept (the kit checks one byte more is refused). Default 1 MiB. */
   maxPayloadBytes?: number;
   /** Called once after the catalogue. */

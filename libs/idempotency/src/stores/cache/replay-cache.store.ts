@@ -13,6 +13,7 @@ import type {
   RecordId,
   ReplayedRecord,
   StoredPayload,
+  StepSupport,
   StrictModeSupport,
   TransactionalCompletion,
 } from '../../core/store';
@@ -61,6 +62,8 @@ export class ReplayCachingStore implements IdempotencyStore {
    * replays are), and a resolved one is cached from its first replay.
    */
   readonly strictMode?: StrictModeSupport;
+  /** Passed through as it is: steps live only in records in flight, which are never cached. */
+  readonly steps?: StepSupport;
   /** Passed through: a health check asks the store, never the cache. */
   readonly ping?: () => Promise<void>;
 
@@ -72,6 +75,7 @@ export class ReplayCachingStore implements IdempotencyStore {
     if (inner.onWait) this.onWait = (listener) => inner.onWait!(listener);
     if (inner.transactional) this.transactional = inner.transactional;
     if (inner.strictMode) this.strictMode = inner.strictMode;
+    if (inner.steps) this.steps = inner.steps;
     if (inner.ping) this.ping = () => inner.ping!();
     this.cache = new LRUCache<string, CachedRecord>({
       max: options.maxEntries ?? 10_000,

@@ -18,6 +18,7 @@ import {
   checkPurgeOptions,
   checkRecordId,
   checkResolution,
+  checkStepName,
 } from '../../core/store-input';
 import {
   AcquireRequest,
@@ -30,9 +31,11 @@ import {
   Lease,
   ListFilter,
   RecordId,
+  RecordedStep,
   RecordState,
   Resolution,
   ResolveResult,
+  StepSupport,
   StoredPayload,
   StrictModeSupport,
 } from '../../core/store';
@@ -56,6 +59,8 @@ interface MemoryRecord {
   /** Completed by a resolution: who said so, and when. */
   resolvedBy?: string;
   resolvedAt?: number;
+  /** Recorded steps (IN_PROGRESS and AMBIGUOUS only): name → value, or null when begun. */
+  steps?: Map<string, StoredPayload | null>;
 }
 
 interface MemoryLease extends Lease {
@@ -94,6 +99,37 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   readonly strictMode: StrictModeSupport = {
     markAmbiguous: (lease, reason) => this.markAmbiguous(lease, reason),
     resolve: (id, resolution) => this.resolve(id, resolution),
+  };
+
+  readonly steps: StepSupport = {
+    begin: async (lease, name) => {
+      checkLease(lease, 'steps.begin');
+      checkStepName(name, 'steps.begin');
+      const record = this.held((lease as MemoryLease).id, lease, 'steps.begin');
+      record.steps ??= new Map();
+      const recorded = record.steps.get(name);
+      if (recorded) return Buffer.from(recorded);
+      record.steps.set(name, null);
+      return null;
+    },
+    record: async (lease, name, value) => {
+      checkLease(lease, 'steps.record');
+      checkStepName(name, 'steps.record');
+      checkPayload(value, 'steps.record');
+      assertPayloadSize(value, this.maxPayloadBytes);
+      const record = this.held((lease as MemoryLease).id, lease, 'steps.record');
+      (record.steps ??= new Map()).set(name, Buffer.from(value));
+    },
+    list: async (id) => {
+      checkRecordId(id, 'steps.list');
+      const record = this.records.get(idOf(id));
+      if (!record?.steps || record.state === 'COMPLETE') return [];
+      const out: RecordedStep[] = [];
+      for (const [name, value] of record.steps) {
+        out.push({ name, value: value === null ? null : Buffer.from(value) });
+      }
+      return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    },
   };
 
   constructor(options: InMemoryIdempotencyStoreOptions = {}) {
@@ -178,6 +214,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     record.expiresAt = now + lease.ttlMs;
     record.leaseId = null;
     record.leaseExpiresAt = null;
+    delete record.steps;
     this.waiters.notify(id);
   }
 
@@ -217,6 +254,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       record.expiresAt = now + resolution.ttlMs;
       record.resolvedBy = resolution.resolvedBy;
       record.resolvedAt = now;
+      delete record.steps;
       delete record.ambiguousSince;
       delete record.ambiguousReason;
     }
@@ -312,6 +350,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         completedAt: null,
         fingerprint: request.fingerprint,
         payload: null,
+        // A takeover of an expired lease keeps what the earlier holder recorded.
+        ...(existing?.state === 'IN_PROGRESS' && existing.steps ? { steps: existing.steps } : {}),
       });
       const lease: MemoryLease = { id, leaseId, leaseMs: request.leaseMs, ttlMs: request.ttlMs };
       return { kind: 'acquired', lease, stolen: existing !== undefined };

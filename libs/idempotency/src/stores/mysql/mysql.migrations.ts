@@ -1,4 +1,8 @@
-import { mysqlCurrentTableSql, mysqlStrictModeUpgrade } from '../sql/mysql/schema';
+import {
+  mysqlCurrentTableSql,
+  mysqlStepsUpgrade,
+  mysqlStrictModeUpgrade,
+} from '../sql/mysql/schema';
 import type { MysqlTableName } from '../sql/mysql/sql';
 import { DEFAULT_TABLE } from '../sql/table';
 
@@ -40,6 +44,7 @@ export async function migrateMysqlIdempotencyTable(
   const run = runnerOf(db);
   for (const sql of mysqlCurrentTableSql(target)) await run(sql, []);
   await mysqlStrictModeUpgrade(run, target);
+  await mysqlStepsUpgrade(run, target);
 }
 
 /** One statement's rows (or OK packet), whichever API `db` speaks. */

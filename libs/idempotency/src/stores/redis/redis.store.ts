@@ -17,6 +17,7 @@ import {
   checkPurgeOptions,
   checkRecordId,
   checkResolution,
+  checkStepName,
 } from '../../core/store-input';
 import {
   AcquireRequest,
@@ -28,10 +29,12 @@ import {
   Lease,
   ListFilter,
   RecordId,
+  RecordedStep,
   RecordState,
   Resolution,
   ResolveResult,
   StoredPayload,
+  StepSupport,
   StrictModeSupport,
 } from '../../core/store';
 import { Observation, waitForRecord } from '../../core/wait-loop';
@@ -56,6 +59,8 @@ import {
   RedisScript,
   RELEASE,
   RESOLVE,
+  STEP_BEGIN,
+  STEP_RECORD,
   SCRIPTS,
   VIEW,
 } from './scripts';
@@ -167,6 +172,55 @@ export class RedisIdempotencyStore<
   readonly strictMode: StrictModeSupport = {
     markAmbiguous: (lease, reason) => this.markAmbiguous(lease, reason),
     resolve: (id, resolution) => this.resolve(id, resolution),
+  };
+  /** Recorded steps: fields `t:<name>` of the record's own hash (one key, one slot). */
+  readonly steps: StepSupport = {
+    begin: async (lease, name) => {
+      checkLease(lease, 'steps.begin');
+      checkStepName(name, 'steps.begin');
+      const { names, leaseId } = lease as RedisLease;
+      const reply = (await this.script('steps.begin', STEP_BEGIN, names.key, [leaseId, name])) as [
+        number,
+        Buffer?,
+      ];
+      if (Number(reply[0]) === 0) throw stepLeaseLost('steps.begin');
+      return stepValue(reply[1]!);
+    },
+    record: async (lease, name, value) => {
+      checkLease(lease, 'steps.record');
+      checkStepName(name, 'steps.record');
+      checkPayload(value, 'steps.record');
+      assertPayloadSize(value, this.maxPayloadBytes);
+      const { names, leaseId } = lease as RedisLease;
+      const outcome = await this.script('steps.record', STEP_RECORD, names.key, [
+        leaseId,
+        name,
+        value,
+      ]);
+      if (Number(outcome) === 0) throw stepLeaseLost('steps.record');
+      await this.awaitReplicas('steps.record', lease as RedisLease);
+    },
+    list: async (id) => {
+      checkRecordId(id, 'steps.list');
+      const reply = (await this.script(
+        'steps.list',
+        VIEW,
+        this.keys.record(id.scope, id.key).key,
+        [],
+      )) as Buffer[] | null;
+      if (!reply) return [];
+      const steps: RecordedStep[] = [];
+      let complete = false;
+      for (let i = 0; i + 1 < reply.length; i += 2) {
+        const field = text(reply[i]);
+        if (field === 'st') complete = text(reply[i + 1]) === 'COMPLETE';
+        if (field.startsWith('t:')) {
+          steps.push({ name: field.slice(2), value: stepValue(reply[i + 1]) });
+        }
+      }
+      if (complete) return [];
+      return steps.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    },
   };
   /** Set by `fromUrl`: the client is the store's own, connected by `init()` and closed by `close()`. */
   private owned?: OwnedRedisConnection;
@@ -702,4 +756,16 @@ function positive(name: string, value: number | undefined, fallback: number): nu
     );
   }
   return value;
+}
+
+/** A step's field: "0" begun (null), or "1" and the value's bytes. */
+function stepValue(field: Buffer | string): StoredPayload | null {
+  const bytes = typeof field === 'string' ? Buffer.from(field, 'utf8') : field;
+  return bytes[0] === 0x31 ? Buffer.from(bytes.subarray(1)) : null;
+}
+
+function stepLeaseLost(operation: string): IdempotencyLeaseLostError {
+  return new IdempotencyLeaseLostError(
+    `${operation} refused: the record is no longer held under this lease`,
+  );
 }

@@ -22,6 +22,8 @@ import { createHash } from 'node:crypto';
  *   w   "1" once a duplicate waits on the record (IN_PROGRESS only)
  *   as  AMBIGUOUS since       ar  why: lease-expired | action-failed   (AMBIGUOUS only)
  *   rb  resolved by           ra  resolved at          (COMPLETE, when a resolution completed it)
+ *   t:<step name>  a recorded step: "0" begun, or "1" and the value's bytes
+ *                  (IN_PROGRESS and AMBIGUOUS only; a takeover keeps them)
  *
  * and the key expires (PEXPIREAT) at the later of its TTL and its lease:
  * Redis removes a record by itself once nothing can use it any more, and
@@ -41,6 +43,12 @@ local function now_ms()
 end
 local function ms(x) return string.format('%.3f', x) end
 local function at(x) return string.format('%.0f', math.ceil(x)) end
+local function drop_steps(key)
+  local fields = redis.call('HKEYS', key)
+  for _, field in ipairs(fields) do
+    if string.sub(field, 1, 2) == 't:' then redis.call('HDEL', key, field) end
+  end
+end
 `;
 
 function script(name: string, body: string): RedisScript {
@@ -99,7 +107,8 @@ if state then
     end
     return {'existing', state, r[4], payload, r[5], ms(lease_left), ms(expires_left)}
   end
-  redis.call('DEL', KEYS[1])
+  -- An expired lease's takeover keeps the steps its holder recorded; an expired result is gone.
+  if state == 'IN_PROGRESS' then redis.call('HDEL', KEYS[1], 'f', 'w') else redis.call('DEL', KEYS[1]) end
   stolen = '1'
 end
 local lease_at = now + tonumber(ARGV[4])
@@ -125,6 +134,7 @@ if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end
 local now = now_ms()
 local expires_at = now + tonumber(ARGV[3])
 redis.call('HDEL', KEYS[1], 'l', 'le', 'w')
+drop_steps(KEYS[1])
 redis.call('HSET', KEYS[1], 'st', 'COMPLETE', 'p', ARGV[2], 'd', ms(now), 'e', ms(expires_at))
 redis.call('PEXPIREAT', KEYS[1], at(expires_at))
 if r[3] then
@@ -191,6 +201,7 @@ if ARGV[1] == 'not-executed' then
 end
 local expires_at = now + tonumber(ARGV[3])
 redis.call('HDEL', KEYS[1], 'as', 'ar')
+drop_steps(KEYS[1])
 redis.call('HSET', KEYS[1], 'st', 'COMPLETE', 'p', ARGV[2], 'd', ms(now), 'e', ms(expires_at),
   'rb', ARGV[4], 'ra', ms(now))
 redis.call('PEXPIREAT', KEYS[1], at(expires_at))
@@ -223,7 +234,38 @@ return h
 `,
 );
 
+/**
+ * KEYS[1] record. ARGV: lease id, step name. Returns {0} when not held under
+ * this lease; else the step's field ("1" and its value when recorded), after
+ * marking it begun ("0") when it had none.
+ */
+export const STEP_BEGIN = script(
+  'step-begin',
+  `
+local r = redis.call('HMGET', KEYS[1], 'st', 'l')
+if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return {0} end
+local field = 't:' .. ARGV[2]
+local v = redis.call('HGET', KEYS[1], field)
+if v then return {1, v} end
+redis.call('HSET', KEYS[1], field, '0')
+return {1, '0'}
+`,
+);
+
+/** KEYS[1] record. ARGV: lease id, step name, value. Records the step; returns 1, or 0 when not held. */
+export const STEP_RECORD = script(
+  'step-record',
+  `
+local r = redis.call('HMGET', KEYS[1], 'st', 'l')
+if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 't:' .. ARGV[2], '1' .. ARGV[3])
+return 1
+`,
+);
+
 export const SCRIPTS: readonly RedisScript[] = [
+  STEP_BEGIN,
+  STEP_RECORD,
   ACQUIRE,
   COMPLETE,
   RELEASE,

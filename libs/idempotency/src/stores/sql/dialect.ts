@@ -1,5 +1,6 @@
 import type { IdempotencyLogger } from '../../core/logger';
 import type {
+  RecordedStep,
   AcquireRequest,
   AmbiguityReason,
   IdempotencyRecordView,
@@ -69,6 +70,12 @@ export interface Dialect {
   markAmbiguous(lease: SqlLease, reason: AmbiguityReason): Promise<boolean>;
   /** Strict mode: ends an AMBIGUOUS record, atomically; anything else is left alone. Wakes waiters. */
   resolve(record: RecordRef, resolution: Resolution): Promise<ResolveResult>;
+  /** Recorded steps: the step's value (begun: null, after marking it), or undefined when not held. */
+  stepBegin(lease: SqlLease, name: string): Promise<StoredPayload | null | undefined>;
+  /** False when not held. */
+  stepRecord(lease: SqlLease, name: string, value: StoredPayload): Promise<boolean>;
+  /** The steps of a record that is not COMPLETE, sorted by name. */
+  stepList(record: RecordRef): Promise<RecordedStep[]>;
   /** One bounded batch; how many rows it deleted. */
   purge(limit: number): Promise<number>;
   /** How many rows `purge` would delete now, at most `limit` (null: no bound), locking nothing. */
@@ -168,4 +175,23 @@ export function ambiguousLook(
       transitioned,
     },
   };
+}
+
+/**
+ * The `steps` column as every dialect stores it (a JSON object: name → the
+ * value in base64, or null while begun), read back sorted by name. MySQL
+ * hands the JSON over as text, PostgreSQL parsed.
+ */
+export function stepsOfColumn(column: unknown): RecordedStep[] {
+  if (column === null || column === undefined) return [];
+  const entries = (typeof column === 'string' ? JSON.parse(column) : column) as Record<
+    string,
+    string | null
+  >;
+  return Object.keys(entries)
+    .sort()
+    .map((name) => {
+      const value = entries[name];
+      return { name, value: value === null ? null : Buffer.from(value, 'base64') };
+    });
 }

@@ -12,6 +12,7 @@ import {
   checkPurgeOptions,
   checkRecordId,
   checkResolution,
+  checkStepName,
 } from '../../core/store-input';
 import {
   AcquireRequest,
@@ -27,6 +28,7 @@ import {
   Resolution,
   ResolveResult,
   StoredPayload,
+  StepSupport,
   StrictModeSupport,
 } from '../../core/store';
 import { waitForRecord } from '../../core/wait-loop';
@@ -252,6 +254,33 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
     resolve: (id, resolution) => this.resolve(id, resolution),
   };
 
+  /** Recorded steps: a jsonb/JSON column of the record, written fenced by the lease. */
+  readonly steps: StepSupport = {
+    begin: async (lease, name) => {
+      checkLease(lease, 'steps.begin');
+      checkStepName(name, 'steps.begin');
+      await this.init();
+      const value = await this.dialect.stepBegin(lease as SqlLease, name);
+      if (value === undefined) throw stepLeaseLost('steps.begin');
+      return value;
+    },
+    record: async (lease, name, value) => {
+      checkLease(lease, 'steps.record');
+      checkStepName(name, 'steps.record');
+      checkPayload(value, 'steps.record');
+      assertPayloadSize(value, this.maxPayloadBytes);
+      await this.init();
+      if (!(await this.dialect.stepRecord(lease as SqlLease, name, value))) {
+        throw stepLeaseLost('steps.record');
+      }
+    },
+    list: async (id) => {
+      checkRecordId(id, 'steps.list');
+      await this.init();
+      return this.dialect.stepList(recordRef(id.scope, id.key));
+    },
+  };
+
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
     checkLease(lease, 'markAmbiguous');
     await this.init();
@@ -407,4 +436,10 @@ class Ref implements RecordRef {
 
 function recordRef(scope: string, key: string): RecordRef {
   return new Ref(scope, key);
+}
+
+function stepLeaseLost(operation: string): IdempotencyLeaseLostError {
+  return new IdempotencyLeaseLostError(
+    `${operation} refused: the record is no longer held under this lease`,
+  );
 }

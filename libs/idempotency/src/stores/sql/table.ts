@@ -16,6 +16,13 @@ export const STRICT_MODE_MIGRATION = 'AddIdempotencyAmbiguousState1764633600000'
 export const PREDATES_STRICT_MODE =
   '; it predates strict mode: run the migration AddIdempotencyAmbiguousState1764633600000 (createIdempotencyMigrations() includes it)';
 
+/** The migration that adds recorded steps' column (./migration.ts), named by the schema checks. */
+export const STEPS_MIGRATION = 'AddIdempotencySteps1764806400000';
+
+/** Ends the schema check's message for a table from before recorded steps. */
+export const PREDATES_STEPS =
+  '; it predates recorded steps: run the migration AddIdempotencySteps1764806400000 (createIdempotencyMigrations() includes it)';
+
 export function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }

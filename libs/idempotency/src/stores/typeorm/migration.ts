@@ -2,15 +2,17 @@ import type { MigrationInterface, QueryRunner } from 'typeorm';
 import {
   mysqlCreateTableSql,
   mysqlDropTableSql,
+  mysqlStepsUpgrade,
   mysqlStrictModeUpgrade,
 } from '../sql/mysql/schema';
 import {
   createTableSql,
   dropTableSql,
+  stepsTableSql,
   strictModeTableSql,
   upgradeTableSql,
 } from '../sql/postgres/schema';
-import { DEFAULT_TABLE, STRICT_MODE_MIGRATION, TableName } from '../sql/table';
+import { DEFAULT_TABLE, STEPS_MIGRATION, STRICT_MODE_MIGRATION, TableName } from '../sql/table';
 
 type MigrationClass = new () => MigrationInterface;
 
@@ -103,6 +105,24 @@ export function createIdempotencyMigrations(name: Partial<TableName> = {}): Migr
         // their actions may have run: a retry would then run them again.
         throw new Error(
           `${STRICT_MODE_MIGRATION} cannot be reverted: AMBIGUOUS records would be lost and their keys could run again; restore a backup instead`,
+        );
+      }
+    },
+    class AddIdempotencySteps1764806400000 implements MigrationInterface {
+      name = STEPS_MIGRATION;
+
+      async up(queryRunner: QueryRunner): Promise<void> {
+        if (dialectOf(queryRunner) === 'mysql') {
+          await mysqlStepsUpgrade((sql, params) => queryRunner.query(sql, params), mysqlTarget);
+          return;
+        }
+        for (const sql of stepsTableSql(target)) await queryRunner.query(sql);
+      }
+
+      async down(): Promise<void> {
+        // Going back would drop recorded steps, and a takeover would run them again.
+        throw new Error(
+          `${STEPS_MIGRATION} cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead`,
         );
       }
     },

@@ -12,6 +12,7 @@ import { readScenarios } from './reads.scenarios';
 import { inputScenarios } from './inputs.scenarios';
 import { clockScenarios } from './clock.scenarios';
 import { strictScenarios } from './strict.scenarios';
+import { stepScenarios } from './steps.scenarios';
 import type { ContractScenario } from './support';
 
 export { scenarioContext, ScenarioSetupError } from './support';
@@ -29,4 +30,5 @@ export const STORE_CONTRACT: readonly ContractScenario[] = [
   ...inputScenarios,
   ...clockScenarios,
   ...strictScenarios,
+  ...stepScenarios,
 ];

@@ -4,6 +4,7 @@ import type {
   AmbiguityReason,
   IdempotencyRecordView,
   ListFilter,
+  RecordedStep,
   RecordState,
   Resolution,
   ResolveResult,
@@ -18,7 +19,7 @@ import type {
   SqlLease,
   SqlTransaction,
 } from '../dialect';
-import { ambiguousLook } from '../dialect';
+import { ambiguousLook, stepsOfColumn } from '../dialect';
 import type { TableName } from '../table';
 import { AcquireOrder } from '../acquire-order';
 import { Deadlines } from '../bounded-query';
@@ -32,6 +33,7 @@ import {
   MysqlColumnRow,
   mysqlCreateDatabaseSql,
   mysqlCurrentTableSql,
+  mysqlStepsUpgrade,
   mysqlStrictModeUpgrade,
 } from './schema';
 import { bind, Statement } from './sql';
@@ -198,6 +200,10 @@ export class MysqlDialect implements Dialect {
       for (const sql of mysqlCurrentTableSql(name)) await this.ddl(sql);
       // A table an older release made: strict mode's state and columns.
       await mysqlStrictModeUpgrade(
+        (text, params) => this.query('ensureSchema', plain(text), params),
+        name,
+      );
+      await mysqlStepsUpgrade(
         (text, params) => this.query('ensureSchema', plain(text), params),
         name,
       );
@@ -436,6 +442,44 @@ export class MysqlDialect implements Dialect {
       { id: idHex, lease: leaseId, leaseMs },
     );
     return matchedRows(ok) > 0;
+  }
+
+  async stepBegin(lease: SqlLease, name: string): Promise<StoredPayload | null | undefined> {
+    const { id, idHex, leaseId } = lease;
+    const values = { id, lease: leaseId, name };
+    const logged = { id: idHex, lease: leaseId, name };
+    const ok = await this.query<MysqlOk>('steps.begin', this.sql.stepBegin, values, logged);
+    if (matchedRows(ok) === 0) return undefined;
+    // Fenced again: a lease lost between the two statements reads nothing.
+    const rows = await this.query<Array<{ steps: string | null }>>(
+      'steps.begin',
+      this.sql.stepRead,
+      values,
+      logged,
+    );
+    if (rows.length === 0) return undefined;
+    return stepsOfColumn(rows[0].steps).find((step) => step.name === name)?.value ?? null;
+  }
+
+  async stepRecord(lease: SqlLease, name: string, value: StoredPayload): Promise<boolean> {
+    const { id, idHex, leaseId } = lease;
+    const ok = await this.query<MysqlOk>(
+      'steps.record',
+      this.sql.stepRecord,
+      { id, lease: leaseId, name, value: value.toString('base64') },
+      { id: idHex, lease: leaseId, name, value: `<${value.length} bytes>` },
+    );
+    return matchedRows(ok) > 0;
+  }
+
+  async stepList(record: RecordRef): Promise<RecordedStep[]> {
+    const rows = await this.query<Array<{ steps: string | null }>>(
+      'steps.list',
+      this.sql.stepList,
+      { id: record.id },
+      { id: record.idHex },
+    );
+    return stepsOfColumn(rows[0]?.steps);
   }
 
   async markAmbiguous(lease: SqlLease, reason: AmbiguityReason): Promise<boolean> {

@@ -1,5 +1,5 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { DEFAULT_TABLE, PREDATES_STRICT_MODE } from '../table';
+import { DEFAULT_TABLE, PREDATES_STEPS, PREDATES_STRICT_MODE } from '../table';
 import { MysqlTableName, mysqlQualified, quoteMysqlIdent } from './sql';
 
 /**
@@ -37,9 +37,19 @@ const STRICT_MODE_COLUMNS: Array<[string, string]> = [
 ];
 
 /** `strict`: the current shape (AMBIGUOUS and its columns); otherwise the first migration's. */
+/**
+ * Recorded steps: a JSON object per record (name → the value in base64, or
+ * null while begun), kept as text so MySQL and MariaDB agree on its type.
+ */
+const STEPS_COLUMNS: Array<[string, string]> = [
+  ['steps', 'LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL'],
+];
+
 function createTable(name: MysqlTableName, strict: boolean): string {
   const strictColumns = strict
-    ? STRICT_MODE_COLUMNS.map(([column, type]) => `\n      ${column} ${type},`).join('')
+    ? [...STRICT_MODE_COLUMNS, ...STEPS_COLUMNS]
+        .map(([column, type]) => `\n      ${column} ${type},`)
+        .join('')
     : '';
   return `CREATE TABLE IF NOT EXISTS ${mysqlQualified(name)} (
       id BINARY(32) NOT NULL,
@@ -65,6 +75,23 @@ export function mysqlCurrentTableSql(name: MysqlTableName): string[] {
 
 /** Runs one statement with `?` parameters and returns its rows (or OK packet). */
 export type MysqlRun = (sql: string, params: unknown[]) => Promise<unknown>;
+
+/** Adds recorded steps' column to a table an older release made (idempotent: reads the catalog first). */
+export async function mysqlStepsUpgrade(run: MysqlRun, name: MysqlTableName): Promise<void> {
+  const rows = (await run(
+    `SELECT COLUMN_NAME AS column_name FROM information_schema.COLUMNS
+     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`,
+    [name.schema ?? null, name.table],
+  )) as Array<{ column_name: string }>;
+  const present = new Set(rows.map((row) => row.column_name.toLowerCase()));
+  if (present.size === 0) throw new Error(`table ${mysqlQualified(name)} does not exist`);
+  const missing = STEPS_COLUMNS.filter(([column]) => !present.has(column));
+  if (missing.length === 0) return;
+  await run(
+    `ALTER TABLE ${mysqlQualified(name)} ${missing.map(([column, type]) => `ADD COLUMN ${column} ${type}`).join(', ')}`,
+    [],
+  );
+}
 
 /**
  * Strict mode on a table the first migration made: adds the four nullable
@@ -197,6 +224,7 @@ export const MYSQL_EXPECTED_COLUMNS: Record<string, ExpectedColumn> = {
   ambiguous_reason: { type: 'varchar(16)', ...BYTEWISE },
   resolved_by: { type: 'text', ...BYTEWISE_UTF8 },
   resolved_at: { type: 'datetime(6)' },
+  steps: { type: 'longtext', ...BYTEWISE_UTF8 },
 };
 
 export interface MysqlColumnRow {
@@ -251,9 +279,10 @@ export function assertMysqlTableShape(
   }
   if (problems.length > 0) {
     const beforeStrict = STRICT_MODE_COLUMNS.every(([column]) => !actual.has(column));
+    const beforeSteps = !beforeStrict && problems.length === 1 && !actual.has('steps');
     throw new IdempotencyStoreSchemaError(
       `table ${where} has the wrong shape: ${problems.join('; ')}` +
-        (beforeStrict ? PREDATES_STRICT_MODE : ''),
+        (beforeStrict ? PREDATES_STRICT_MODE : beforeSteps ? PREDATES_STEPS : ''),
     );
   }
 }

@@ -15,7 +15,15 @@ import {
  * comparison uses the server's UTC_TIMESTAMP(6), which a statement evaluates
  * once, so every part of a statement sees the same instant.
  */
+/** The JSON path of the step `{name}` (step names hold no character a quoted path member needs escaped). */
+const STEP_PATH = `CONCAT('$.', JSON_QUOTE({name}))`;
+
 export interface MysqlStatements {
+  /** Recorded steps: mark begun (fenced), read back (fenced), record (fenced), list by id. */
+  stepBegin: Statement;
+  stepRead: Statement;
+  stepRecord: Statement;
+  stepList: Statement;
   /**
    * Insert, else steal, else leave the row as it is: one
    * `INSERT … ON DUPLICATE KEY UPDATE`. With RETURNING (MariaDB 10.5+), it
@@ -150,6 +158,7 @@ export function buildMysqlStatements(
       expires_at = IF(${stolen}, ${nowPlusMs('ttlMs')}, expires_at),
       fingerprint = IF(${stolen}, {fingerprint}, fingerprint),
       payload = IF(${stolen}, NULL, payload),
+      steps = IF(${stolen} AND completed_at IS NOT NULL, NULL, steps),
       created_at = IF(${stolen}, ${NOW}, created_at),
       completed_at = IF(${stolen}, NULL, completed_at),
       resolved_by = IF(${stolen}, NULL, resolved_by),
@@ -173,6 +182,7 @@ export function buildMysqlStatements(
       expires_at = IF(${took}, ${nowPlusMs('ttlMs')}, expires_at),
       fingerprint = IF(${took}, {fingerprint}, fingerprint),
       payload = IF(${took}, NULL, payload),
+      steps = IF(${took}, NULL, steps),
       created_at = IF(${took}, ${NOW}, created_at),
       completed_at = IF(${took}, NULL, completed_at),
       resolved_by = IF(${took}, NULL, resolved_by),
@@ -216,7 +226,7 @@ export function buildMysqlStatements(
     resolveCompleted: statement(
       `UPDATE ${t} SET state = 'COMPLETE', payload = {payload}, completed_at = ${NOW},
         expires_at = ${nowPlusMs('ttlMs')}, resolved_by = {resolvedBy}, resolved_at = ${NOW},
-        lease_id = NULL, ambiguous_since = NULL, ambiguous_reason = NULL
+        lease_id = NULL, ambiguous_since = NULL, ambiguous_reason = NULL, steps = NULL
       WHERE id = {id} AND state = 'AMBIGUOUS'`,
     ),
     resolveNotExecuted: statement(`DELETE FROM ${t} WHERE id = {id} AND state = 'AMBIGUOUS'`),
@@ -227,10 +237,27 @@ export function buildMysqlStatements(
     now: statement(`SELECT ${epochMicros(NOW)} AS now_us`),
     complete: statement(
       `UPDATE ${t} SET state = 'COMPLETE', payload = {payload}, completed_at = ${NOW},
-        expires_at = ${nowPlusMs('ttlMs')}, lease_id = NULL, lease_expires_at = NULL
+        expires_at = ${nowPlusMs('ttlMs')}, lease_id = NULL, lease_expires_at = NULL, steps = NULL
       WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
       true,
     ),
+    // Fenced as complete is; a step with an entry (begun or recorded) is left as it is.
+    stepBegin: statement(
+      `UPDATE ${t} SET steps = IF(JSON_CONTAINS_PATH(COALESCE(steps, '{}'), 'one', ${STEP_PATH}),
+        steps, JSON_SET(COALESCE(steps, '{}'), ${STEP_PATH}, NULL))
+      WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    stepRead: statement(
+      `SELECT steps FROM ${t} WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    stepRecord: statement(
+      `UPDATE ${t} SET steps = JSON_SET(COALESCE(steps, '{}'), ${STEP_PATH}, {value})
+      WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    stepList: statement(`SELECT steps FROM ${t} WHERE id = {id} AND state <> 'COMPLETE'`),
     release: statement(
       `DELETE FROM ${t} WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
       true,

@@ -5,6 +5,7 @@ import type {
   AmbiguityReason,
   IdempotencyRecordView,
   ListFilter,
+  RecordedStep,
   RecordState,
   Resolution,
   ResolveResult,
@@ -19,7 +20,7 @@ import type {
   SqlLease,
   SqlTransaction,
 } from '../dialect';
-import { ambiguousLook } from '../dialect';
+import { ambiguousLook, stepsOfColumn } from '../dialect';
 import { Deadlines } from '../bounded-query';
 import { AcquireOrder } from '../acquire-order';
 import { loggedScope } from '../query-log';
@@ -377,6 +378,39 @@ export class PostgresDialect implements Dialect {
     if (rows.length === 0) return false;
     if (rows[0].watched) await this.notify(idHex, 'move to AMBIGUOUS');
     return true;
+  }
+
+  async stepBegin(lease: SqlLease, name: string): Promise<StoredPayload | null | undefined> {
+    const { id, idHex, leaseId } = lease;
+    const { rows } = await this.query<{ value: string | null }>(
+      'steps.begin',
+      this.sql.stepBegin,
+      [id, leaseId, name],
+      () => [idHex, leaseId, name],
+    );
+    if (rows.length === 0) return undefined;
+    return rows[0].value === null ? null : Buffer.from(rows[0].value, 'base64');
+  }
+
+  async stepRecord(lease: SqlLease, name: string, value: StoredPayload): Promise<boolean> {
+    const { id, idHex, leaseId } = lease;
+    const { rowCount } = await this.query(
+      'steps.record',
+      this.sql.stepRecord,
+      [id, leaseId, name, value.toString('base64')],
+      () => [idHex, leaseId, name, `<${value.length} bytes>`],
+    );
+    return rowCount === 1;
+  }
+
+  async stepList(record: RecordRef): Promise<RecordedStep[]> {
+    const { rows } = await this.query<{ steps: unknown }>(
+      'steps.list',
+      this.sql.stepList,
+      [record.id],
+      () => [record.idHex],
+    );
+    return stepsOfColumn(rows[0]?.steps);
   }
 
   async resolve(record: RecordRef, resolution: Resolution): Promise<ResolveResult> {

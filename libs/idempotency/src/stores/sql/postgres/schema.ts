@@ -1,5 +1,5 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { qualified, quoteIdent, PREDATES_STRICT_MODE, TableName } from '../table';
+import { qualified, quoteIdent, PREDATES_STEPS, PREDATES_STRICT_MODE, TableName } from '../table';
 
 /**
  * The records table and how it got its shape. Each step is idempotent, so the
@@ -94,9 +94,23 @@ export function strictModeTableSql(name: TableName): string[] {
   ];
 }
 
+/**
+ * Step 4, recorded steps: `steps` (jsonb, nullable, no default: a catalog
+ * change only), one entry per step name of an IN_PROGRESS or AMBIGUOUS
+ * record, its value base64 or null while begun.
+ */
+export function stepsTableSql(name: TableName): string[] {
+  return [`ALTER TABLE ${qualified(name)} ADD COLUMN IF NOT EXISTS steps jsonb`];
+}
+
 /** Every step, in order: a fresh table, or an older one brought up to date. */
 export function schemaSql(name: TableName): string[] {
-  return [...createTableSql(name), ...upgradeTableSql(name), ...strictModeTableSql(name)];
+  return [
+    ...createTableSql(name),
+    ...upgradeTableSql(name),
+    ...strictModeTableSql(name),
+    ...stepsTableSql(name),
+  ];
 }
 
 export function dropTableSql(name: TableName): string[] {
@@ -121,6 +135,7 @@ export const EXPECTED_COLUMNS: Record<string, string> = {
   ambiguous_reason: 'text',
   resolved_by: 'text',
   resolved_at: 'timestamp with time zone',
+  steps: 'jsonb',
 };
 
 /** The columns step 3 adds: a table missing only these predates strict mode. */
@@ -172,13 +187,16 @@ export function assertTableShape(
   if (problems.length > 0) {
     const outdated = actual.get('payload') === 'jsonb' || !actual.has('watched');
     const beforeStrict = !outdated && STRICT_MODE_COLUMNS.every((c) => !actual.has(c));
+    const beforeSteps = !outdated && !beforeStrict && problems.length === 1 && !actual.has('steps');
     throw new IdempotencyStoreSchemaError(
       `table ${where} has the wrong shape: ${problems.join('; ')}` +
         (outdated
           ? `; it was made by nest-idempotency 0.1: run the upgrade migration (${migrations} includes it)`
           : beforeStrict
             ? PREDATES_STRICT_MODE
-            : ''),
+            : beforeSteps
+              ? PREDATES_STEPS
+              : ''),
     );
   }
 }

@@ -54,6 +54,12 @@ export interface Statements {
   forget: string;
   /** $1 scope or null, $2 state or null, $3 limit. */
   list: string;
+  /** $1 id, $2 lease id, $3 step name. Marks the step begun unless it has an entry; returns its value (base64, or null), or no row. */
+  stepBegin: string;
+  /** $1 id, $2 lease id, $3 step name, $4 value (base64). One row, or none (not held). */
+  stepRecord: string;
+  /** $1 id. The steps (jsonb) of a record that is not COMPLETE, or no row. */
+  stepList: string;
 }
 
 /**
@@ -74,6 +80,8 @@ export const HOT_STATEMENTS = [
   'notify',
   'release',
   'extend',
+  'stepBegin',
+  'stepRecord',
 ] as const;
 
 const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created_at, completed_at, fingerprint,
@@ -99,7 +107,8 @@ export function buildStatements(name: TableName): Statements {
   // A new holder starts unwatched, and a result it leaves is its own (no resolution's).
   const takeOver = `state = 'IN_PROGRESS', lease_id = $2, lease_expires_at = now() + ${ms('$3')},
         expires_at = now() + ${ms('$4')}, fingerprint = $5, payload = NULL, created_at = now(),
-        completed_at = NULL, watched = false, resolved_by = NULL, resolved_at = NULL`;
+        completed_at = NULL, watched = false, resolved_by = NULL, resolved_at = NULL,
+        steps = CASE WHEN state = 'IN_PROGRESS' THEN steps END`;
   return {
     // The record as it is, with its times relative to the server's clock; the
     // dialect decides (replay, refuse, wait, steal) from this one read.
@@ -140,7 +149,7 @@ export function buildStatements(name: TableName): Statements {
     resolveCompleted: `
       UPDATE ${t} SET state = 'COMPLETE', payload = $2, completed_at = now(),
         expires_at = now() + ${ms('$3')}, resolved_by = $4, resolved_at = now(),
-        ambiguous_since = NULL, ambiguous_reason = NULL
+        ambiguous_since = NULL, ambiguous_reason = NULL, steps = NULL
       WHERE id = $1 AND state = 'AMBIGUOUS'
       RETURNING resolved_at, watched`,
     resolveNotExecuted: `
@@ -159,7 +168,7 @@ export function buildStatements(name: TableName): Statements {
     // the dialect notifies (`notify`, after this committed) only when it is set.
     complete: `
       UPDATE ${t} SET state = 'COMPLETE', payload = $3, completed_at = now(),
-        expires_at = now() + ${ms('$4')}, lease_id = NULL, lease_expires_at = NULL
+        expires_at = now() + ${ms('$4')}, lease_id = NULL, lease_expires_at = NULL, steps = NULL
       WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
       RETURNING watched`,
     // A transaction of its own that writes nothing but the notification: it need
@@ -205,5 +214,15 @@ export function buildStatements(name: TableName): Statements {
       WHERE ($1::text IS NULL OR scope = $1) AND ($2::text IS NULL OR state = $2)
       ORDER BY created_at DESC
       LIMIT $3`,
+    // Fenced as `complete` is. A step with an entry (begun, or recorded) is left as it is.
+    stepBegin: `
+      UPDATE ${t} SET steps = CASE WHEN steps -> $3::text IS NULL
+        THEN coalesce(steps, '{}'::jsonb) || jsonb_build_object($3::text, null) ELSE steps END
+      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
+      RETURNING steps ->> $3::text AS value`,
+    stepRecord: `
+      UPDATE ${t} SET steps = coalesce(steps, '{}'::jsonb) || jsonb_build_object($3::text, $4::text)
+      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'`,
+    stepList: `SELECT steps FROM ${t} WHERE id = $1 AND state <> 'COMPLETE'`,
   };
 }
