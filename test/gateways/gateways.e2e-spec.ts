@@ -326,12 +326,8 @@ describeEachStore(
         const requestId = randomUUID();
         for (let i = 0; i < 2; i++) {
           const reply = await client.send('pay', { requestId, amount: 2, fail: true });
-          // The gateway's own error (Nest adds its `cause`), not a refusal: no code.
-          expect(reply).toMatchObject({
-            kind: 'exception',
-            error: { status: 'error', message: 'the provider timed out' },
-          });
-          expect(reply).not.toHaveProperty(['error', 'code']);
+          // The gateway's own error, as Nest renders it, not a refusal: no code.
+          expectOwnError(reply);
         }
         expect(runs.get(requestId)).toBe(2);
       });
@@ -354,10 +350,7 @@ describeEachStore(
       it('in strict mode, refuses a message whose earlier outcome is unknown with code idempotency-outcome-unknown and no retryAfterMs', async () => {
         const client = await connect();
         const requestId = randomUUID();
-        expect(await client.send('refund', { requestId, amount: 5, fail: true })).toMatchObject({
-          kind: 'exception',
-          error: { status: 'error', message: 'the provider timed out' },
-        });
+        expectOwnError(await client.send('refund', { requestId, amount: 5, fail: true }));
         for (let i = 0; i < 2; i++) {
           const retry = await client.send('refund', { requestId, amount: 5 });
           expect(retry).toMatchObject({
@@ -480,3 +473,19 @@ describe('WebSocket gateways at bootstrap', () => {
     expect((error as Error).message).toContain('BodyGateway.pay');
   });
 });
+
+/**
+ * The handler's own `WsException('the provider timed out')`, as the Nest in use
+ * renders it: `{ status: 'error', message }` (Nest 12 adds its `cause`), or,
+ * with Nest 11's `ws` adapter, the bare message. Never with a refusal's `code`.
+ */
+function expectOwnError(reply: unknown): void {
+  expect(reply).toHaveProperty('kind', 'exception');
+  const error = (reply as { error: unknown }).error;
+  if (typeof error === 'string') {
+    expect(error).toBe('the provider timed out');
+    return;
+  }
+  expect(error).toMatchObject({ status: 'error', message: 'the provider timed out' });
+  expect(error).not.toHaveProperty('code');
+}
