@@ -163,7 +163,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
           waitForReplicas: mode.wait,
           client: mode.client,
         });
-        const store = local.raw as RedisIdempotencyStore;
+        const store = local.store as RedisIdempotencyStore;
         try {
           figures.set(mode.name, await failover(servers, local, store, !!mode.wait));
         } finally {

@@ -61,8 +61,6 @@ export type StoreConfig =
 
 export interface OpenedStore {
   store: IdempotencyStore;
-  /** The store's own handle. */
-  raw: IdempotencyStore;
   /** Errors the client reported on its own (connection lost, reconnecting), counted. */
   clientErrors: () => number;
   close: () => Promise<void>;
@@ -86,16 +84,13 @@ export async function openStore(config: StoreConfig, logger: Logger): Promise<Op
       operationTimeoutMs: config.operationTimeoutMs,
       logger,
     });
-    await store.init();
-    return {
+    return opened(
       store,
-      raw: store,
-      clientErrors: () => errors,
-      close: async () => {
-        await store.close();
+      () => errors,
+      async () => {
         if (dataSource.isInitialized) await dataSource.destroy().catch(() => undefined);
       },
-    };
+    );
   }
   if (config.kind === 'pg-pool') {
     const pool = new PgPool({ connectionString: config.url, max: 10 });
@@ -106,16 +101,13 @@ export async function openStore(config: StoreConfig, logger: Logger): Promise<Op
       operationTimeoutMs: config.operationTimeoutMs,
       logger,
     });
-    await store.init();
-    return {
+    return opened(
       store,
-      raw: store,
-      clientErrors: () => errors,
-      close: async () => {
-        await store.close();
+      () => errors,
+      async () => {
         await pool.end();
       },
-    };
+    );
   }
   if (config.kind === 'mysql-pool') {
     const pool = createMysqlPool({ uri: config.url, connectionLimit: 10 });
@@ -126,16 +118,13 @@ export async function openStore(config: StoreConfig, logger: Logger): Promise<Op
       operationTimeoutMs: config.operationTimeoutMs,
       logger,
     });
-    await store.init();
-    return {
+    return opened(
       store,
-      raw: store,
-      clientErrors: () => errors,
-      close: async () => {
-        await store.close();
+      () => errors,
+      async () => {
         await new Promise<void>((resolve) => pool.end(() => resolve()));
       },
-    };
+    );
   }
   const client = await connectRedis(config, onError);
   const store = new RedisIdempotencyStore(client.handle, {
@@ -144,14 +133,28 @@ export async function openStore(config: StoreConfig, logger: Logger): Promise<Op
     waitForReplicas: config.kind === 'redis-cluster' ? config.waitForReplicas : undefined,
     logger,
   });
-  await store.init();
+  return opened(
+    store,
+    () => errors,
+    async () => {
+      client.close();
+    },
+  );
+}
+
+/** Prepares `store` (its schema, scripts); closing it also closes the client it was built on. */
+async function opened(
+  store: IdempotencyStore,
+  clientErrors: () => number,
+  closeClient: () => Promise<unknown> | void,
+): Promise<OpenedStore> {
+  await store.init?.();
   return {
     store,
-    raw: store,
-    clientErrors: () => errors,
+    clientErrors,
     close: async () => {
-      await store.close();
-      client.close();
+      await store.close?.();
+      await closeClient();
     },
   };
 }
