@@ -199,6 +199,9 @@ class Acquire extends LifecycleCommand {
           return { unexpected: result };
         }
         return { kind: 'in-flight', retryAfterWithinLease: true };
+      case 'suspended':
+        // The model never suspends a record.
+        return { unexpected: result };
       default:
         return result;
     }

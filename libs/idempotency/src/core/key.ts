@@ -27,6 +27,15 @@ export function keyHash(key: string, tenant?: string): string {
   return hash('sha256', tenant === undefined ? key : `${tenant}\u0000${key}`);
 }
 
+/**
+ * Where a store finds a record without its raw key: SHA-256 (hex) of
+ * `[storedScope, key]` as JSON. The SQL stores' primary key and the Redis
+ * store's hash tag are this value; a continuation token carries it.
+ */
+export function recordLocator(scope: string, key: string): string {
+  return hash('sha256', JSON.stringify([scope, key]));
+}
+
 /** The scope a store keeps for a tenant's record: the tenant is part of the record's identity. */
 export function storedScope(scope: string, tenant: string | undefined): string {
   return tenant === undefined ? scope : `${scope}${TENANT_MARK}${tenant}`;

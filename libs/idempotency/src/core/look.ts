@@ -159,6 +159,8 @@ export async function begin(
       const answer = await answerAmbiguous(runtime, policy, id, result, digest(), startedAt);
       return answer.kind === 'acquire-again' ? begin(runtime, policy, call, options) : answer;
     }
+    case 'suspended':
+      throw new Error('continuations: wired in the next commit');
     default:
       return assertNever(result);
   }

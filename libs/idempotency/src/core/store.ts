@@ -72,6 +72,85 @@ export interface IdempotencyStore {
    * pass it on.
    */
   readonly steps?: StepSupport;
+  /**
+   * Optional capability: continuations (`ctx.suspend(answer, { hold })` and
+   * `resumes`). A store that declares it keeps a SUSPENDED record's answer
+   * and state, answers its duplicates `suspended`, and admits one
+   * resumption per continuation. Wrappers pass it on.
+   */
+  readonly continuations?: ContinuationSupport;
+}
+
+/**
+ * What a store that holds continuations offers besides the base SPI.
+ *
+ * A suspended record is IN_PROGRESS to every other rule: its hold is its
+ * lease (the store's clock), nobody extends it, and once it lapses the record
+ * is an ordinary expired lease (taken over, or AMBIGUOUS in strict mode), the
+ * suspension dropped. Until then `tryAcquire` answers at once (no wait)
+ * `suspended`, with the answer and the continuation, to every acquirer whose
+ * fingerprint matches. A record is found by its locator (`recordLocator`),
+ * so a resumption needs neither the raw key nor the tenant.
+ */
+export interface ContinuationSupport {
+  /**
+   * Moves the record held under `lease` to SUSPENDED for `holdMs` from now,
+   * keeping `answer`, `state` and `continuation`, and wakes its waiters (who
+   * get `suspended`). Recorded steps stay. Throws `IdempotencyLeaseLostError`
+   * unless the record is IN_PROGRESS under that lease id, and
+   * `IdempotencyPayloadError` when answer and state exceed the store's limit.
+   */
+  suspend(lease: Lease, suspension: Suspension): Promise<void>;
+  /**
+   * Admits the one resumption of `continuation`, in one atomic step: a
+   * record of `scope` at `locator` that is SUSPENDED with that continuation
+   * and whose hold has not lapsed becomes IN_PROGRESS under a new lease
+   * (`leaseMs`, and `ttlMs` for what follows), its suspension consumed and
+   * its steps kept. Anything else changes nothing and says why.
+   */
+  resume(request: ResumeRequest): Promise<ResumeResult>;
+}
+
+/** What `suspend` keeps. */
+export interface Suspension {
+  /** Who may resume: an opaque, printable id the engine made (at most 64 characters). */
+  continuation: string;
+  /** What every duplicate meanwhile is answered, in its stored form. */
+  answer: StoredPayload;
+  /** What the resumption is handed (`ctx.resumed`), in its stored form. */
+  state: StoredPayload;
+  /** How long the record stays reserved, by the store's clock. */
+  holdMs: number;
+}
+
+export interface ResumeRequest {
+  /** The record's stored scope (with its tenant, if any); a record of another scope is `unknown`. */
+  scope: string;
+  /** `recordLocator(scope, key)`: where the record is. */
+  locator: string;
+  continuation: string;
+  leaseMs: number;
+  ttlMs: number;
+}
+
+export type ResumeResult =
+  /** Admitted: the caller now holds the record (`id` as stored) and completes or releases it. */
+  | { kind: 'admitted'; lease: Lease; id: RecordId; state: StoredPayload }
+  /**
+   * Refused, nothing changed: `consumed` (resumed already: the record is IN_PROGRESS
+   * under that resumption, or COMPLETE after it), `lapsed` (still suspended with
+   * it, but its hold ran out), `unknown` (no record here, another continuation,
+   * another scope, or the record went on without it).
+   */
+  | { kind: 'consumed' | 'lapsed' | 'unknown' };
+
+/** What an acquirer of a SUSPENDED record (hold not lapsed, fingerprint matching) is answered. */
+export interface SuspendedRecord {
+  kind: 'suspended';
+  answer: StoredPayload;
+  continuation: string;
+  /** How long the hold lasts still, by the store's clock. */
+  holdRemainingMs: number;
 }
 
 /**
@@ -241,6 +320,8 @@ export type AcquireResult = (
   | { kind: 'fingerprint-mismatch' }
   /** Strict-mode stores only: the record is AMBIGUOUS (whatever `onExpiredLease` the caller sent). */
   | AmbiguousRecord
+  /** Stores with continuations only: the record is SUSPENDED and its hold runs (answered without waiting). */
+  | SuspendedRecord
 ) & {
   /** Optional: how long the caller waited inside `tryAcquire` for a holder (`waitForRecord` reports it). */
   waitedMs?: number;

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { IdempotencyConfigError } from '../../core/errors';
+import { recordLocator } from '../../core/key';
 
 /** Default prefix of every key and channel the store uses. */
 export const DEFAULT_KEY_PREFIX = 'idempotency:';
@@ -11,7 +12,7 @@ export const DEFAULT_KEY_PREFIX = 'idempotency:';
  * to the shard that holds the record.
  */
 export interface RecordNames {
-  /** SHA-256 of `[scope, key]` as JSON, in hex (the same id the PostgreSQL store computes). */
+  /** The record's locator (`recordLocator`: SHA-256 of `[scope, key]` as JSON, in hex), as the SQL stores' id. */
   readonly id: string;
   /** The hash holding the record: `<prefix>r:<scope digest>:{<id>}`. */
   readonly key: string;
@@ -46,9 +47,7 @@ export class RedisKeys {
   }
 
   record(scope: string, key: string): RecordNames {
-    const id = createHash('sha256')
-      .update(JSON.stringify([scope, key]))
-      .digest('hex');
+    const id = recordLocator(scope, key);
     return {
       id,
       key: `${this.prefix}r:${scopeDigest(scope)}:{${id}}`,

@@ -1,5 +1,5 @@
-import * as crypto from 'node:crypto';
 import { createHash } from 'node:crypto';
+import { recordLocator } from '../../core/key';
 
 /** Where the records live. Names are quoted, so any identifier PostgreSQL accepts works. */
 export interface TableName {
@@ -36,9 +36,6 @@ export function channelFor(name: TableName): string {
   return `idem_${createHash('sha256').update(`${name.schema}.${name.table}`).digest('hex').slice(0, 24)}`;
 }
 
-/** `crypto.hash` (Node 20.12+): one call, no Hash object. Looked up, so an older runtime falls back. */
-const oneShot = (crypto as Partial<Pick<typeof crypto, 'hash'>>).hash;
-
 /**
  * The primary key: SHA-256 of (scope, key). Keys and scopes of any length are
  * stored verbatim in their own columns, while the index stays 32 bytes wide
@@ -48,10 +45,5 @@ export function recordIdOf(scope: string, key: string): Buffer {
   return Buffer.from(recordIdHexOf(scope, key), 'hex');
 }
 
-/** `recordIdOf` in hex, as waiters and notifications name a record. */
-export function recordIdHexOf(scope: string, key: string): string {
-  const text = JSON.stringify([scope, key]);
-  // Hex straight from the hash, then the bytes from the hex: cheaper than the
-  // other way round (a digest Buffer, then its hex), and a call needs both.
-  return oneShot ? oneShot('sha256', text, 'hex') : createHash('sha256').update(text).digest('hex');
-}
+/** `recordIdOf` in hex, as waiters and notifications name a record: the record's locator. */
+export const recordIdHexOf = recordLocator;
