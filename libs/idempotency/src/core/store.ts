@@ -345,6 +345,8 @@ export interface IdempotencyRecordView extends RecordId {
   /** AMBIGUOUS only: since when (the store's clock) and why. */
   ambiguousSince?: Date;
   ambiguousReason?: AmbiguityReason;
+  /** A SUSPENDED record (IN_PROGRESS, `ctx.suspend`): when its hold lapses (the store's clock). */
+  suspendedUntil?: Date;
   /** A COMPLETE record that a resolution completed: who said so, and when (the store's clock). */
   resolvedBy?: string;
   resolvedAt?: Date;

@@ -35,6 +35,11 @@ export interface DescribeContractOptions {
    * (checked when they run). Default false.
    */
   steps?: boolean;
+  /**
+   * Register the continuation scenarios: the store declares `continuations`
+   * (checked when they run). Default false.
+   */
+  continuations?: boolean;
   /** Per-scenario timeout. Default 60 s (the wake-up race over 10,000 iterations takes a while). */
   timeoutMs?: number;
 }
@@ -79,6 +84,7 @@ export function describeIdempotencyStoreContract(
       expiry: options.expiry ?? 'purge',
       strictMode: options.strictMode ?? false,
       steps: options.steps ?? false,
+      continuations: options.continuations ?? false,
     } as unknown as ContractHarness;
     const applicable = STORE_CONTRACT.filter((s) => !s.notApplicable?.(declared));
     for (const group of [...new Set(applicable.map((s) => s.group))]) {
@@ -106,6 +112,11 @@ export function describeIdempotencyStoreContract(
               if (declared.steps && !made.store.steps) {
                 throw new Error(
                   "describeIdempotencyStoreContract was told steps: true, but the harness's store does not declare steps",
+                );
+              }
+              if (declared.continuations && !made.store.continuations) {
+                throw new Error(
+                  "describeIdempotencyStoreContract was told continuations: true, but the harness's store does not declare continuations",
                 );
               }
               await scenario.run(scenarioContext(made, scale, scenario.id));

@@ -42,6 +42,11 @@ export interface ContractHarness {
    * declares `steps`. A store that does not gets N/A for them.
    */
   steps?: boolean;
+  /**
+   * Whether the continuation scenarios apply. Default: whether the store
+   * declares `continuations`. A store that does not gets N/A for them.
+   */
+  continuations?: boolean;
   /** Largest payload the store was configured to accept (the kit checks one byte more is refused). Default 1 MiB. */
   maxPayloadBytes?: number;
   /** Called once after the catalogue. */

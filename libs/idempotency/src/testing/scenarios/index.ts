@@ -13,6 +13,7 @@ import { inputScenarios } from './inputs.scenarios';
 import { clockScenarios } from './clock.scenarios';
 import { strictScenarios } from './strict.scenarios';
 import { stepScenarios } from './steps.scenarios';
+import { continuationScenarios } from './continuations.scenarios';
 import type { ContractScenario } from './support';
 
 export { scenarioContext, ScenarioSetupError } from './support';
@@ -31,4 +32,5 @@ export const STORE_CONTRACT: readonly ContractScenario[] = [
   ...clockScenarios,
   ...strictScenarios,
   ...stepScenarios,
+  ...continuationScenarios,
 ];
