@@ -50,6 +50,7 @@ describe('fault 7: 20,000 distinct keys at concurrency 64', () => {
                 return { key };
               },
             );
+            if (outcome.kind === 'suspended') throw new Error('no action here suspends');
             outcomes[outcome.kind]++;
           } catch (error) {
             outcomes.errors.push((error as Error).message);

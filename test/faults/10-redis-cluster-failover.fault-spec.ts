@@ -201,6 +201,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
             { scope: SCOPE, key, lease: '2s', waitTimeout: '3s', ttl: '1h' },
             () => recordExecution(pg, schema, SCOPE, key),
           );
+          if (outcome.kind === 'suspended') throw new Error('no action here suspends');
           entry.kind = outcome.kind;
           if (outcome.kind === 'executed' && !recheck) completedKeys.push(key);
           if (startedAt >= promotedAt && recoveredAt === Infinity && onVictim(key))

@@ -102,6 +102,7 @@ async function call(command: Omit<ExecuteCommand, 'cmd'>): Promise<CallResult> {
         return { token, pid: process.pid, aborted: signal.aborted };
       },
     );
+    if (outcome.kind === 'suspended') throw new Error('no action here suspends');
     return { kind: outcome.kind, value: outcome.value, startedAt, endedAt: Date.now() };
   } catch (error) {
     const e = error as Error;

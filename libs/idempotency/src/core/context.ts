@@ -1,13 +1,18 @@
 import { assertDerivedKeyName, deriveKeyOf, type DerivedKeySecret } from './derived-key';
-import { keyHash } from './key';
+import { suspensionOf, type SuspendedAnswer, type SuspendOptions } from './continuation';
+import { keyHash, recordLocator, storedScope } from './key';
+import { decodeValue } from './payload';
+import type { StoredPayload } from './store';
 import type { StepRunner } from './steps';
 
 /**
- * How this attempt came to hold the record: `'first'`, or `'takeover'` when
- * it took the record over from an earlier attempt whose lease ran out (a
- * holder that crashed or stalled), which may have begun the same work.
+ * How this attempt came to hold the record: `'first'`; `'takeover'` when it
+ * took the record over from an earlier attempt whose lease ran out (a holder
+ * that crashed or stalled), which may have begun the same work; or
+ * `'resumption'` when a continuation admitted it (`ctx.resumed` holds the
+ * state the suspension saved).
  */
-export type IdempotencyAttempt = 'first' | 'takeover';
+export type IdempotencyAttempt = 'first' | 'takeover' | 'resumption';
 
 /** Who the record is; held privately, so that the key and the tenant never show. */
 interface RecordIdentity {
@@ -28,6 +33,7 @@ export class IdempotencyContext {
   readonly #keys: DerivedKeySecret;
   readonly #digest: () => string;
   readonly #steps: StepRunner;
+  readonly #resumedState: StoredPayload | undefined;
   #hash: string | undefined = undefined;
 
   /** @internal */
@@ -38,8 +44,11 @@ export class IdempotencyContext {
     keyDigest: () => string,
     keys: DerivedKeySecret,
     steps: StepRunner,
+    /** A resumption: the state its suspension saved, in its stored form. */
+    resumedState?: StoredPayload,
   ) {
     this.#steps = steps;
+    this.#resumedState = resumedState;
     this.#record = record;
     this.#digest = keyDigest;
     this.#keys = keys;
@@ -86,6 +95,34 @@ export class IdempotencyContext {
    */
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
     return this.#steps.run(name, fn);
+  }
+
+  /**
+   * Ends this attempt without a result, for now: the handler returns what
+   * this returns. Its caller gets `answer` (HTTP: status 202 unless the route
+   * sets `@HttpCode`, and the continuation token in the
+   * `Idempotency-Continuation` header; the engine: a `suspended` outcome
+   * with `continuation`), every duplicate meanwhile gets the same, and the
+   * record stays reserved, with no heartbeat, for `hold`. A handler declared
+   * `@Idempotent({ resumes: scope })` (the engine: `engine.resume`) admits
+   * one resumption per token, hands it `state` as `ctx.resumed`, and its
+   * result completes this record. A hold that lapses first leaves the record
+   * to the next attempt (strict mode: AMBIGUOUS). Needs a store with
+   * continuations (`store.continuations`: every built-in store).
+   */
+  suspend<A>(answer: A, options: SuspendOptions): SuspendedAnswer<A> {
+    return suspensionOf(answer, options, this.keyDigest);
+  }
+
+  /** A resumption's state, as the suspension saved it (as JSON gives it back); undefined for any other attempt. */
+  get resumed(): unknown {
+    return this.#resumedState === undefined ? undefined : decodeValue(this.#resumedState);
+  }
+
+  /** @internal Where the store finds this record without its key (a continuation token carries it). */
+  locator(): string {
+    const { scope, key, tenant } = this.#record;
+    return recordLocator(storedScope(scope, tenant), key);
   }
 
   /** What `console.log` and `JSON.stringify` show: the digest and the attempt, never the key. */

@@ -20,6 +20,8 @@ export const DURATION_RULES = {
   waitTimeout: { allowZero: true, maxMs: MAX_TIMER_MS, most: 'at most 24.8 days (2^31 - 1 ms)' },
   /** Kept in the store's clock, not a timer. */
   ttl: { allowZero: false, maxMs: MAX_TTL_MS, most: 'at most 100 years' },
+  /** A continuation's hold (`ctx.suspend`): kept in the store's clock, not a timer. */
+  hold: { allowZero: false, maxMs: MAX_TTL_MS, most: 'at most 100 years' },
   /** A timer (the purge schedule). */
   interval: { allowZero: false, maxMs: MAX_TIMER_MS, most: 'at most 24.8 days (2^31 - 1 ms)' },
 } as const;

@@ -1,4 +1,5 @@
 import type { IdempotencyContext } from './context';
+import type { SuspendedAnswer } from './continuation';
 import { compileDerivedKeys, type DerivedKeyOptions } from './derived-key';
 import { IdempotencyConfigError, IdempotencyError } from './errors';
 import { ScopeDurations } from './durations';
@@ -25,7 +26,16 @@ export type { BeginOutcome, CallOptions } from './look';
 export interface ExecuteRequest extends PolicyOptions, CallOptions {}
 
 export type ExecuteOutcome<T> =
-  { kind: 'executed'; value: T } | { kind: 'replayed'; value: T; completedAt: Date };
+  | { kind: 'executed'; value: Exclude<T, SuspendedAnswer> }
+  | { kind: 'replayed'; value: Exclude<T, SuspendedAnswer>; completedAt: Date }
+  /**
+   * The action returned `ctx.suspend(answer, …)`, now or in an earlier call:
+   * `value` is the answer, and `continuation` the token `resume` takes.
+   */
+  | { kind: 'suspended'; value: AnswerOf<T>; continuation: string };
+
+/** What an action that returns `ctx.suspend(answer, …)` answers while suspended (never for one that does not). */
+export type AnswerOf<T> = T extends SuspendedAnswer<infer A> ? A : never;
 
 export interface IdempotencyEngineOptions {
   logger?: IdempotencyLogger;
@@ -123,7 +133,36 @@ export class IdempotencyEngine {
         // A call with a key always has its record's context.
         invoke: ({ signal, context }) => action(signal, context!),
         capture: captureValue,
+        suspended: (answer) => answer as T,
       }),
+    );
+  }
+
+  /**
+   * Resumes the record a `ctx.suspend` suspended: `token` is the
+   * continuation its caller was given. The store admits one resumption per
+   * token, from any process; `action` then runs holding the record (its
+   * context's `resumed` is the state the suspension saved, `attempt` is
+   * `'resumption'`), and its value completes the record, so duplicates of
+   * the original key replay it. Throws `IdempotencyResumptionRefusedError`
+   * (nothing ran) for a malformed token, one that names no suspended record
+   * of `policy`'s scope, one resumed already, or one whose hold lapsed.
+   */
+  async resume<T>(
+    policy: ExecutionPolicy,
+    token: string,
+    action: IdempotentAction<T>,
+  ): Promise<ExecuteOutcome<T>> {
+    return valueOutcome(
+      await this.perform<T>(
+        policy,
+        { identity: { kind: 'absent' }, required: false, resumes: { scope: policy.scope, token } },
+        {
+          invoke: ({ signal, context }) => action(signal, context!),
+          capture: captureValue,
+          suspended: (answer) => answer as T,
+        },
+      ),
     );
   }
 
@@ -220,11 +259,25 @@ function valueOutcome<T>(outcome: CallOutcome<T>): ExecuteOutcome<T> {
   switch (outcome.kind) {
     case 'executed':
       if (outcome.failure) throw outcome.failure.error;
-      return { kind: 'executed', value: outcome.value };
+      if (outcome.continuation !== undefined) {
+        return {
+          kind: 'suspended',
+          value: outcome.value as AnswerOf<T>,
+          continuation: outcome.continuation,
+        };
+      }
+      return { kind: 'executed', value: outcome.value as Exclude<T, SuspendedAnswer> };
     case 'replayed':
+      if (outcome.continuation !== undefined) {
+        return {
+          kind: 'suspended',
+          value: decodeValue(outcome.payload) as AnswerOf<T>,
+          continuation: outcome.continuation,
+        };
+      }
       return {
         kind: 'replayed',
-        value: decodeValue(outcome.payload) as T,
+        value: decodeValue(outcome.payload) as Exclude<T, SuspendedAnswer>,
         completedAt: outcome.completedAt,
       };
     case 'refused':

@@ -144,6 +144,28 @@ export class IdempotencyOutcomeUnknownError extends IdempotencyError {
 }
 
 /**
+ * A resumption (`engine.resume`, `@Idempotent({ resumes })`) was not
+ * admitted, and nothing ran: the token is not one this library made
+ * (`invalid`), names no suspended record of the scope (`unknown`), was
+ * resumed already (`consumed`), or its hold lapsed first (`lapsed`).
+ */
+export class IdempotencyResumptionRefusedError extends IdempotencyError {
+  constructor(
+    readonly scope: string,
+    readonly reason: 'invalid' | 'unknown' | 'consumed' | 'lapsed',
+  ) {
+    super(`${scope}: the continuation ${RESUMPTION_TEXT[reason]}`);
+  }
+}
+
+const RESUMPTION_TEXT = {
+  invalid: 'token is malformed (expected the Idempotency-Continuation value the suspension answered)',
+  unknown: 'names no suspended record of this scope',
+  consumed: 'was resumed already; it is admitted once',
+  lapsed: 'hold lapsed before the resumption; the record goes on without it',
+} as const;
+
+/**
  * Strict mode: throw this (or an error whose `cause` chain holds one) from a
  * handler that failed before it had any effect, so its record is released and
  * a retry runs, instead of becoming AMBIGUOUS. Anything else a strict-mode
@@ -189,6 +211,7 @@ for (const [errorClass, name] of [
   [IdempotencyInFlightError, 'IdempotencyInFlightError'],
   [IdempotencyOutcomeUnknownError, 'IdempotencyOutcomeUnknownError'],
   [IdempotencyNotExecutedError, 'IdempotencyNotExecutedError'],
+  [IdempotencyResumptionRefusedError, 'IdempotencyResumptionRefusedError'],
 ] as const) {
   brandErrorClass(errorClass, name);
 }

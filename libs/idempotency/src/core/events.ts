@@ -10,7 +10,7 @@ import type { AmbiguityReason } from './store';
  * Why a record was released: the action threw, something answered the caller
  * before it returned, or (transactional completion) the transaction did not commit.
  */
-export type ReleaseReason = 'action-failed' | 'answered-early' | 'commit-failed';
+export type ReleaseReason = 'action-failed' | 'answered-early' | 'commit-failed' | 'resumption-refused';
 
 export type IdempotencyEvent =
   | {
@@ -105,6 +105,31 @@ export type IdempotencyEvent =
       scope: string;
       keyDigest: string;
       step: string;
+    }
+  | {
+      /** `ctx.suspend`: the record is SUSPENDED, its answer given, for `holdMs`. */
+      type: 'suspended';
+      scope: string;
+      keyDigest: string;
+      holdMs: number;
+    }
+  | {
+      /** A duplicate of a SUSPENDED record was answered its suspension (nothing ran). */
+      type: 'suspension-replayed';
+      scope: string;
+      keyDigest: string;
+    }
+  | {
+      /** A resumption was admitted: it holds the suspended record now. */
+      type: 'resumed';
+      scope: string;
+      keyDigest: string;
+    }
+  | {
+      /** A resumption was refused (`reason`); nothing ran. Named by scope: a refused token may name no record. */
+      type: 'resumption-refused';
+      scope: string;
+      reason: 'invalid' | 'unknown' | 'consumed' | 'lapsed';
     }
   | { type: 'completion-retry'; scope: string; keyDigest: string; attempt: number; error: string }
   | { type: 'completion-failed'; scope: string; keyDigest: string; attempts: number; error: string }

@@ -11,12 +11,29 @@ import type { ExecutionPolicy } from './policy';
 import { isNotExecuted } from './strict';
 import { encodeNotStorable, notStorableReason } from './payload';
 import type { EngineRuntime } from './runtime';
-import type { Lease, StoredPayload, TransactionalCompletion, TransactionRunner } from './store';
+import type {
+  Lease,
+  StoredPayload,
+  Suspension,
+  TransactionalCompletion,
+  TransactionRunner,
+} from './store';
 
 export type { CompletionRetryOptions } from './runtime';
 
 /** How a completion ended for the caller: stored, or refused because another owner has the record now. */
 export type CompletionResult = 'stored' | 'lease-lost';
+
+/** What the lifecycle ends a held record with: an `Execution`, or a resumption's pair of them. */
+export interface Holding {
+  readonly keyDigest: string;
+  readonly signal: AbortSignal;
+  complete(payload: StoredPayload): Promise<CompletionResult>;
+  completeNotStorable(reason: string): Promise<CompletionResult>;
+  release(reason?: 'action-failed' | 'answered-early' | 'resumption-refused'): Promise<void>;
+  fail(error: unknown, entered?: boolean): Promise<void>;
+  suspend(suspension: Suspension): Promise<void>;
+}
 
 /**
  * One acquired record, from the acquisition to its completion or release. A
@@ -24,7 +41,7 @@ export type CompletionResult = 'stored' | 'lease-lost';
  * may outlive its lease without being stolen; if the lease is lost anyway
  * (the store refused an extension) `signal` aborts.
  */
-export class Execution {
+export class Execution implements Holding {
   /** Made when `signal` is first read: most callers never read it. */
   private controller: AbortController | undefined = undefined;
   private lost: IdempotencyLeaseLostError | undefined = undefined;
@@ -212,8 +229,31 @@ export class Execution {
     }
   }
 
+  /**
+   * `ctx.suspend`: moves the record to SUSPENDED (its answer, state and
+   * continuation kept, reserved for `holdMs` by the store's clock) and ends
+   * the execution: the heartbeat stops, since nobody holds a suspended
+   * record. Throws what the store throws (`IdempotencyLeaseLostError`: a
+   * newer attempt holds the record; `IdempotencyStoreUnavailableError`): the
+   * record then stays IN_PROGRESS until its lease lapses.
+   */
+  async suspend(suspension: Suspension): Promise<void> {
+    this.settle();
+    try {
+      await this.context.store.continuations!.suspend(this.lease, suspension);
+      this.context.emit(() => ({
+        type: 'suspended',
+        scope: this.scope,
+        keyDigest: this.keyDigest,
+        holdMs: suspension.holdMs,
+      }));
+    } finally {
+      this.finish();
+    }
+  }
+
   /** Deletes the record (the action failed: it leaves no trace); never throws. */
-  async release(reason: 'action-failed' | 'answered-early' = 'action-failed'): Promise<void> {
+  async release(reason: 'action-failed' | 'answered-early' | 'resumption-refused' = 'action-failed'): Promise<void> {
     this.settle();
     try {
       await this.releaseQuietly(reason);

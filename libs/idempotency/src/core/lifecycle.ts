@@ -3,19 +3,28 @@ import { runInContext } from './current-context';
 import { describeError } from './error-text';
 import {
   IdempotencyCompletionError,
+  IdempotencyConfigError,
   IdempotencyLeaseLostError,
   IdempotencyPayloadError,
   IdempotencyStoreUnavailableError,
 } from './errors';
 import type { ObservedOutcome } from './events';
-import { keptAmbiguous, type Execution } from './execution';
+import {
+  continuationToken,
+  isSuspendedAnswer,
+  newContinuationId,
+  type SuspendedAnswer,
+} from './continuation';
+import { keptAmbiguous, type Execution, type Holding } from './execution';
+import { encodeValue } from './payload';
+import { admitResumption } from './resumption';
 import { keyDigest } from './key';
 import { begin, type CallOptions } from './look';
 import { notStorableReason } from './payload';
 import type { ExecutionPolicy } from './policy';
 import { refusalOf, type Refusal } from './refusal';
 import type { EngineRuntime } from './runtime';
-import type { StoredPayload, TransactionRunner } from './store';
+import type { StoredPayload, Suspension, TransactionRunner } from './store';
 
 /**
  * The one lifecycle of an idempotent call, whatever door it came through: the
@@ -37,6 +46,12 @@ export type CallIdentity =
 
 export interface CallRequest {
   identity: CallIdentity;
+  /**
+   * A resumption (`@Idempotent({ resumes })`, `engine.resume`): the scope whose
+   * suspended record it resumes and the token the caller presented. The
+   * call's own key, if any, is its own record, completed with the same result.
+   */
+  resumes?: { scope: string; token: string | undefined };
   /** Whether a call without a key is refused (`idempotency-key-missing`) or run without a record. */
   required: boolean;
   /** Observe mode: the work always runs, its result is never changed, and events say what enforce would do. */
@@ -58,6 +73,12 @@ export interface CallWork<T> {
   capture(value: T, keyDigest: string): Capture | Promise<Capture>;
   /** `completion: 'transaction'`: the runner the work and the record's completion share. */
   transaction?: TransactionRunner;
+  /**
+   * The work returned `ctx.suspend(answer, …)`: what the door hands on for
+   * `answer`, carrying `token` to the caller (HTTP: 202 and the
+   * `Idempotency-Continuation` header). A door without it cannot suspend.
+   */
+  suspended?(answer: unknown, token: string): T;
 }
 
 /** What one run of the work is given. */
@@ -87,8 +108,9 @@ export type Capture =
 
 export type CallOutcome<T> =
   /** The work ran. `failure`: its result was not recorded, and the caller is told so (or, by its door's rules, gets the value anyway). */
-  | { kind: 'executed'; value: T; failure?: RecordFailure }
-  | { kind: 'replayed'; payload: StoredPayload; completedAt: Date }
+  | { kind: 'executed'; value: T; failure?: RecordFailure; continuation?: string }
+  /** `continuation`: the record is SUSPENDED, and `payload` is its answer. */
+  | { kind: 'replayed'; payload: StoredPayload; completedAt: Date; continuation?: string }
   /** Nothing ran. `error`: the typed error the refusal stands for, where the look raised one. */
   | { kind: 'refused'; refusal: Refusal; error?: Error };
 
@@ -116,6 +138,7 @@ export async function performCall<T>(
   if (identity.kind === 'refused') return identity;
   if (identity.kind === 'absent') {
     if (request.required) return { kind: 'refused', refusal: { code: 'idempotency-key-missing' } };
+    if (request.resumes) return resume(runtime, policy, request.resumes, undefined, work);
     return { kind: 'executed', value: await invokeUnrecorded(work) };
   }
   let begun;
@@ -140,9 +163,25 @@ export async function performCall<T>(
     };
   }
   const { execution, context } = begun;
+  if (request.resumes) {
+    return resume(runtime, policy, request.resumes, { execution, tenant: identity.tenant }, work);
+  }
   return work.transaction
     ? runInTransaction(runtime, policy, execution, context, work, work.transaction)
     : runAndComplete(runtime, policy, execution, context, work);
+}
+
+/** A resumption, once its own record (if it has a key) is held: see ./resumption.ts. */
+function resume<T>(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  resumes: { scope: string; token: string | undefined },
+  own: { execution: Execution; tenant: string | undefined } | undefined,
+  work: CallWork<T>,
+): Promise<CallOutcome<T>> {
+  return admitResumption(runtime, policy, resumes, own, (holding, context) =>
+    runAndComplete(runtime, policy, holding, context, work),
+  );
 }
 
 /** A look that refused: the refusal it stands for, logged where an operator should hear of it. */
@@ -190,7 +229,7 @@ class RecordedRun implements Invocation {
   readonly capturing = true;
 
   constructor(
-    private readonly execution: Execution,
+    private readonly execution: Holding,
     readonly context: IdempotencyContext,
     readonly tx?: unknown,
   ) {}
@@ -204,13 +243,20 @@ class RecordedRun implements Invocation {
 async function runAndComplete<T>(
   runtime: EngineRuntime,
   policy: ExecutionPolicy,
-  execution: Execution,
+  execution: Holding,
   context: IdempotencyContext,
   work: CallWork<T>,
 ): Promise<CallOutcome<T>> {
   let value: T;
+  let suspension: Omit<Suspension, 'answer'> | undefined;
+  let token = '';
   try {
     value = await invoke(work, new RecordedRun(execution, context));
+    if (isSuspendedAnswer(value)) {
+      suspension = suspensionFor(runtime, policy, value, work);
+      token = continuationToken(context.locator(), suspension.continuation);
+      value = work.suspended!(value.answer, token);
+    }
   } catch (error) {
     // Released; in strict mode AMBIGUOUS once the work's body began.
     await execution.fail(error, work.entered?.() ?? true);
@@ -218,6 +264,10 @@ async function runAndComplete<T>(
   }
   work.returned?.(value);
   const capture = await captureOf(work, value, execution);
+  if (suspension !== undefined && capture.kind === 'stored') {
+    const kept = { ...suspension, answer: capture.payload };
+    return suspend(runtime, policy, execution, value, kept, token);
+  }
   switch (capture.kind) {
     case 'answered-early':
       await answeredEarly(runtime, policy, execution);
@@ -248,7 +298,63 @@ async function runAndComplete<T>(
   }
 }
 
-async function captureOf<T>(work: CallWork<T>, value: T, execution: Execution): Promise<Capture> {
+/**
+ * What the store keeps of a suspension (its answer filled in once captured).
+ * Throws `IdempotencyConfigError` where nothing can suspend, and what
+ * encoding the state throws (not JSON): the work then counts as failed.
+ */
+function suspensionFor(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  answer: SuspendedAnswer,
+  work: CallWork<unknown>,
+): Omit<Suspension, 'answer'> {
+  if (!runtime.store.continuations) {
+    throw new IdempotencyConfigError(
+      `${policy.where}: ctx.suspend needs a store with continuations (store.continuations); this store has none`,
+    );
+  }
+  if (!work.suspended) {
+    throw new IdempotencyConfigError(
+      `${policy.where}: ctx.suspend works on HTTP routes and the engine; this handler's caller could not be given its continuation`,
+    );
+  }
+  return {
+    continuation: newContinuationId(),
+    state: encodeValue(answer.state),
+    holdMs: answer.holdMs,
+  };
+}
+
+/** The suspension's answer was captured: the record keeps it, and the caller gets it with its token. */
+async function suspend<T>(
+  runtime: EngineRuntime,
+  policy: ExecutionPolicy,
+  execution: Holding,
+  value: T,
+  suspension: Suspension,
+  token: string,
+): Promise<CallOutcome<T>> {
+  try {
+    await execution.suspend(suspension);
+  } catch (error) {
+    runtime.logger.error(
+      `${policy.where}: suspending ${execution.keyDigest} failed: ${describeError(error)}`,
+    );
+    const detail = `the request was suspended, but its record could not keep the suspension (${describeError(error)}); its continuation cannot be resumed`;
+    return {
+      kind: 'executed',
+      value,
+      failure: {
+        refusal: { code: 'idempotency-completion-failed', detail },
+        error: new IdempotencyCompletionError(detail, policy.scope, execution.keyDigest),
+      },
+    };
+  }
+  return { kind: 'executed', value, continuation: token };
+}
+
+async function captureOf<T>(work: CallWork<T>, value: T, execution: Holding): Promise<Capture> {
   try {
     return await work.capture(value, execution.keyDigest);
   } catch (error) {
@@ -259,7 +365,7 @@ async function captureOf<T>(work: CallWork<T>, value: T, execution: Execution): 
 async function complete<T>(
   runtime: EngineRuntime,
   policy: ExecutionPolicy,
-  execution: Execution,
+  execution: Holding,
   value: T,
   payload: StoredPayload,
 ): Promise<CallOutcome<T>> {
@@ -300,7 +406,7 @@ async function complete<T>(
 async function answeredEarly(
   runtime: EngineRuntime,
   policy: ExecutionPolicy,
-  execution: Execution,
+  execution: Holding,
 ): Promise<void> {
   const { logger } = runtime;
   if (!policy.strict) {
@@ -341,6 +447,12 @@ async function runInTransaction<T>(
       runner,
       async (tx) => {
         const value = await invoke(work, new RecordedRun(execution, context, tx));
+        if (isSuspendedAnswer(value)) {
+          // Rolled back, as the work's own failure: a suspension keeps nothing of a transaction.
+          throw new IdempotencyConfigError(
+            `${policy.where}: ctx.suspend cannot be used with completion: 'transaction' (a suspension commits nothing); use completion: 'separate'`,
+          );
+        }
         returned = true;
         work.returned?.(value);
         const capture = await captureOf(work, value, execution);
@@ -512,6 +624,11 @@ async function observe<T>(
   } catch (error) {
     await execution.release('action-failed');
     throw error;
+  }
+  // Observe mode keeps nothing for a resumption: the caller gets the answer, and the record is released.
+  if (isSuspendedAnswer(value)) {
+    await execution.release('action-failed');
+    return { kind: 'executed', value: value.answer as T };
   }
   work.returned?.(value);
   try {

@@ -3,7 +3,8 @@ import { IdempotencyFingerprintMismatchError, IdempotencyInFlightError } from '.
 import { fingerprintsConflict } from './decide';
 import { describeError } from './error-text';
 import { Execution } from './execution';
-import { assertValidKey, keyDigest, storedScope } from './key';
+import { continuationToken } from './continuation';
+import { assertValidKey, keyDigest, recordLocator, storedScope } from './key';
 import type { ExecutionPolicy } from './policy';
 import type { EngineRuntime } from './runtime';
 import { answerAmbiguous, assertStrictModeSupported } from './strict';
@@ -40,7 +41,8 @@ export interface CallOptions {
  */
 export type BeginOutcome =
   | { kind: 'acquired'; execution: Execution; context: IdempotencyContext }
-  | { kind: 'replayed'; payload: StoredPayload; completedAt: Date };
+  /** `continuation`: the record is SUSPENDED; `payload` is its answer, and this its token. */
+  | { kind: 'replayed'; payload: StoredPayload; completedAt: Date; continuation?: string };
 
 /**
  * Validates the key, acquires (the store may wait for a holder's outcome), and either hands back the stored
@@ -159,8 +161,17 @@ export async function begin(
       const answer = await answerAmbiguous(runtime, policy, id, result, digest(), startedAt);
       return answer.kind === 'acquire-again' ? begin(runtime, policy, call, options) : answer;
     }
-    case 'suspended':
-      throw new Error('continuations: wired in the next commit');
+    case 'suspended': {
+      // The same answer as the suspended caller got, with the same token.
+      emit(() => ({ type: 'suspension-replayed', scope: policy.scope, keyDigest: digest() }));
+      const locator = recordLocator(storedScope(policy.scope, tenant), key);
+      return {
+        kind: 'replayed',
+        payload: result.answer,
+        completedAt: new Date(),
+        continuation: continuationToken(locator, result.continuation),
+      };
+    }
     default:
       return assertNever(result);
   }

@@ -3,6 +3,7 @@ import {
   IdempotencyInFlightError,
   IdempotencyKeyError,
   IdempotencyOutcomeUnknownError,
+  IdempotencyResumptionRefusedError,
   IdempotencyStoreUnavailableError,
 } from './errors';
 
@@ -32,7 +33,9 @@ export type Refusal =
       detail?: string;
     }
   | { code: 'idempotency-result-not-storable'; detail?: string }
-  | { code: 'idempotency-completion-failed'; detail: string };
+  | { code: 'idempotency-completion-failed'; detail: string }
+  /** A resumption was not admitted (`error.reason` says why); nothing ran. */
+  | { code: 'idempotency-resumption-refused'; error: IdempotencyResumptionRefusedError };
 
 export type RefusalCode = Refusal['code'];
 
@@ -42,6 +45,8 @@ export type RefusalCode = Refusal['code'];
  * failure), which the caller rethrows.
  */
 export function refusalOf(error: unknown): Refusal | undefined {
+  if (error instanceof IdempotencyResumptionRefusedError)
+    return { code: 'idempotency-resumption-refused', error };
   if (error instanceof IdempotencyOutcomeUnknownError)
     return { code: 'idempotency-outcome-unknown', error };
   if (error instanceof IdempotencyInFlightError) {

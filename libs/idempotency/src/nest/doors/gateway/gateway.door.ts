@@ -106,6 +106,8 @@ export class GatewayDoor extends Door {
       case 'idempotency-body-too-large':
       case 'idempotency-body-unreadable':
         return this.rejected('idempotency-key-invalid', refusal.detail);
+      case 'idempotency-resumption-refused':
+        return this.rejected(refusal.code, refusal.error.message);
     }
   }
 

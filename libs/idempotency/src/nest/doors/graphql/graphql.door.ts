@@ -185,6 +185,9 @@ export class GraphqlDoor extends Door {
       case 'idempotency-body-unreadable':
         // HTTP routes only: a GraphQL door never reads a body of its own.
         return graphqlRefusal('idempotency-key-invalid', refusal.detail);
+      case 'idempotency-resumption-refused':
+        // HTTP routes and the engine only: `resumes` on a mutation fails the bootstrap.
+        return graphqlRefusal('idempotency-key-invalid', refusal.error.message);
     }
   }
 }

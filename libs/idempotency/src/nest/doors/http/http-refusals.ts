@@ -64,5 +64,10 @@ export function problemFor(
         'the request was processed but its outcome could not be recorded',
         1000,
       );
+    case 'idempotency-resumption-refused':
+      return problem(RESUMPTION_STATUS[refusal.error.reason], code, refusal.error.message);
   }
 }
+
+/** A refused resumption by its reason: a malformed token, none to resume, resumed already, or too late. */
+const RESUMPTION_STATUS = { invalid: 400, unknown: 404, consumed: 409, lapsed: 410 } as const;

@@ -159,6 +159,8 @@ export class JobDoor {
       case 'idempotency-body-too-large':
       case 'idempotency-body-unreadable':
         throw this.unrecoverable(refusal.detail);
+      case 'idempotency-resumption-refused':
+        throw this.unrecoverable(refusal.error.message, refusal.error);
     }
   }
 

@@ -41,5 +41,7 @@ export function refusalError(where: string, refusal: Refusal, raised?: Error): E
       );
     case 'idempotency-completion-failed':
       return new IdempotencyCompletionError(refusal.detail, where, '');
+    case 'idempotency-resumption-refused':
+      return refusal.error;
   }
 }
