@@ -331,11 +331,11 @@ describe('what the docs say about the code', () => {
     });
 
     it("docs/cli.md gives verify's summary on Redis as the CLI counts it", () => {
-      // The harness the CLI gives a Redis store, read from its source; the store's own strictMode and steps.
+      // The harness the CLI gives a Redis store, read from its source; the store's own capabilities.
       const declared = harnessFlags(path.join(SRC, 'cli/redis-backend.ts'));
       const harness = {
         ...declared,
-        store: { strictMode: {}, steps: {} },
+        store: { strictMode: {}, steps: {}, continuations: {} },
       } as unknown as ContractHarness;
       const notApplying = STORE_CONTRACT.filter((s) => s.notApplicable?.(harness) !== undefined);
       const pass = STORE_CONTRACT.length - notApplying.length;

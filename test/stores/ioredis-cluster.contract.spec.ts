@@ -31,7 +31,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
           },
         });
       },
-      { expiry: 'backend', strictMode: true, steps: true },
+      { expiry: 'backend', strictMode: true, steps: true, continuations: true },
     );
   },
 );

@@ -22,6 +22,6 @@ describeIfRedis(probe, `Redis at ${redisUrl()}`)('Redis, standalone, on ioredis'
         inspector: await connectStandalone(redisUrl()),
         prefix: scratchPrefix('contract-ioredis'),
       }),
-    { expiry: 'backend', strictMode: true, steps: true },
+    { expiry: 'backend', strictMode: true, steps: true, continuations: true },
   );
 });

@@ -27,6 +27,6 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')('Redis Cluster (3
         },
       });
     },
-    { expiry: 'backend', strictMode: true, steps: true },
+    { expiry: 'backend', strictMode: true, steps: true, continuations: true },
   );
 });

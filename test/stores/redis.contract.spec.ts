@@ -23,7 +23,7 @@ describeIfRedis(probe, `Redis at ${redisUrl()}`)('Redis, standalone', () => {
           otherClient: await connectStandalone(redisUrl(), { resp }),
           prefix: scratchPrefix(`contract-resp${resp}`),
         }),
-      { expiry: 'backend', strictMode: true, steps: true },
+      { expiry: 'backend', strictMode: true, steps: true, continuations: true },
     );
   }
 });

@@ -47,11 +47,22 @@ export class RedisKeys {
   }
 
   record(scope: string, key: string): RecordNames {
-    const id = recordLocator(scope, key);
+    return this.recordAt(scope, recordLocator(scope, key));
+  }
+
+  /**
+   * The names of the record of `scope` at `locator` (`recordLocator`), as a
+   * resumption finds it without the key. The locator becomes the hash tag,
+   * so only 64 lowercase hex characters are accepted.
+   */
+  recordAt(scope: string, locator: string): RecordNames {
+    if (!LOCATOR.test(locator)) {
+      throw new TypeError('RedisKeys.recordAt: the locator must be 64 lowercase hex characters');
+    }
     return {
-      id,
-      key: `${this.prefix}r:${scopeDigest(scope)}:{${id}}`,
-      channel: `${this.prefix}w:{${id}}`,
+      id: locator,
+      key: `${this.prefix}r:${scopeDigest(scope)}:{${locator}}`,
+      channel: `${this.prefix}w:{${locator}}`,
     };
   }
 
@@ -61,6 +72,9 @@ export class RedisKeys {
     return scope === undefined ? `${base}*` : `${base}${scopeDigest(scope)}:*`;
   }
 }
+
+/** What `recordLocator` makes: SHA-256 in lowercase hex. */
+const LOCATOR = /^[0-9a-f]{64}$/;
 
 /** 16 hex characters of SHA-256 over the scope: fixed width whatever the scope's length. */
 function scopeDigest(scope: string): string {

@@ -1,5 +1,6 @@
 import { ClientClosedError, ErrorReply, SocketClosedUnexpectedlyError, TimeoutError } from 'redis';
 import { IdempotencyConfigError } from '../../core/errors';
+import { recordLocator } from '../../core/key';
 import { isNoScript, isUnavailable } from './client';
 import { RedisKeys } from './keys';
 import { RedisIdempotencyStore } from './redis.store';
@@ -27,6 +28,18 @@ describe('RedisKeys', () => {
       true,
     );
     expect(keys.pattern()).toBe('we\\*ird\\?\\[x\\]\\\\:r:*');
+  });
+
+  it('finds a record by its locator under the same names as by its key, and refuses what is not one', () => {
+    const keys = new RedisKeys('app:');
+    const names = keys.record('Orders.create#tenant:t', 'k-1');
+    expect(
+      keys.recordAt('Orders.create#tenant:t', recordLocator('Orders.create#tenant:t', 'k-1')),
+    ).toEqual(names);
+    expect(keys.recordAt('Other.scope', names.id).key).not.toBe(names.key);
+    for (const locator of ['', names.id.toUpperCase(), `${names.id.slice(1)}}`, `${names.id}0`]) {
+      expect(() => keys.recordAt('Orders.create', locator)).toThrow(TypeError);
+    }
   });
 
   it('refuses a prefix with braces (it would be the hash tag) or an empty one', () => {
@@ -89,5 +102,37 @@ describe('RedisIdempotencyStore options', () => {
           waitForReplicas: { replicas: 1, timeoutMs: 0 },
         }),
     ).toThrow(IdempotencyConfigError);
+  });
+  it('refuses bad continuation inputs with a TypeError naming the call and the argument', async () => {
+    const store = new RedisIdempotencyStore(client as never);
+    const request = {
+      scope: 'Orders.create',
+      locator: recordLocator('Orders.create', 'k'),
+      continuation: 'c-1',
+      leaseMs: 1000,
+      ttlMs: 1000,
+    };
+    await expect(store.continuations.resume({ ...request, locator: 'a}b' })).rejects.toThrow(
+      /continuations\.resume: "locator" must be a record locator/,
+    );
+    await expect(
+      store.continuations.resume({ ...request, continuation: 'x'.repeat(65) }),
+    ).rejects.toThrow(/continuations\.resume: "continuation" must be a continuation id/);
+    await expect(store.continuations.resume({ ...request, ttlMs: 0 })).rejects.toThrow(
+      /"ttlMs" must be a positive finite number/,
+    );
+    const lease = { leaseId: 'l', leaseMs: 1000, ttlMs: 1000 };
+    const suspension = {
+      continuation: 'c-1',
+      answer: Buffer.from('a'),
+      state: Buffer.from('s'),
+      holdMs: 1000,
+    };
+    await expect(
+      store.continuations.suspend(lease, { ...suspension, state: 'text' as never }),
+    ).rejects.toThrow(/continuations\.suspend: "state" must be a Buffer/);
+    await expect(
+      store.continuations.suspend(lease, { ...suspension, holdMs: NaN }),
+    ).rejects.toThrow(/"holdMs" must be a positive finite number, got NaN/);
   });
 });

@@ -17,12 +17,15 @@ import {
   checkPurgeOptions,
   checkRecordId,
   checkResolution,
+  checkResumeRequest,
   checkStepName,
+  checkSuspension,
 } from '../../core/store-input';
 import {
   AcquireRequest,
   AcquireResult,
   AmbiguityReason,
+  ContinuationSupport,
   DEFAULT_MAX_WAITERS,
   IdempotencyRecordView,
   IdempotencyStore,
@@ -33,9 +36,12 @@ import {
   RecordState,
   Resolution,
   ResolveResult,
+  ResumeRequest,
+  ResumeResult,
   StoredPayload,
   StepSupport,
   StrictModeSupport,
+  Suspension,
 } from '../../core/store';
 import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
@@ -59,9 +65,11 @@ import {
   RedisScript,
   RELEASE,
   RESOLVE,
+  RESUME,
   STEP_BEGIN,
   STEP_RECORD,
   SCRIPTS,
+  SUSPEND,
   VIEW,
 } from './scripts';
 import { ClusterWakeups, StandaloneWakeups, Wakeups } from './wakeups';
@@ -221,6 +229,14 @@ export class RedisIdempotencyStore<
       if (complete) return [];
       return steps.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     },
+  };
+  /**
+   * Continuations: fields `cn`, `sa`, `ss` of the record's own hash; a
+   * resumption finds the record by scope and locator (`RedisKeys.recordAt`).
+   */
+  readonly continuations: ContinuationSupport = {
+    suspend: (lease, suspension) => this.suspend(lease, suspension),
+    resume: (request) => this.resume(request),
   };
   /** Set by `fromUrl`: the client is the store's own, connected by `init()` and closed by `close()`. */
   private owned?: OwnedRedisConnection;
@@ -392,11 +408,14 @@ export class RedisIdempotencyStore<
           }
           const state = text(reply[1]) as RecordState;
           const fingerprint = reply[2] === null ? null : text(reply[2]);
+          // A SUSPENDED record answers at once: nothing to wait for.
+          const suspended = state === 'IN_PROGRESS' && isPresent(reply[10]);
           if (
             watch &&
             !marking &&
             !watching &&
             state === 'IN_PROGRESS' &&
+            !suspended &&
             !fingerprintsConflict(request.fingerprint, fingerprint)
           ) {
             // This caller is about to wait: subscribe first, then look again and mark.
@@ -419,6 +438,9 @@ export class RedisIdempotencyStore<
                     ambiguousReason: text(reply[8]) as AmbiguityReason,
                     transitioned: text(reply[9]) === '1',
                   }
+                : {}),
+              ...(suspended
+                ? { suspension: { answer: reply[10]!, continuation: text(reply[11]) } }
                 : {}),
             },
           };
@@ -461,6 +483,56 @@ export class RedisIdempotencyStore<
       );
     }
     await this.awaitReplicas('release', lease as RedisLease);
+  }
+
+  private async suspend(lease: Lease, suspension: Suspension): Promise<void> {
+    checkLease(lease, 'continuations.suspend');
+    checkSuspension(suspension);
+    const { continuation, answer, state, holdMs } = suspension;
+    // Answer and state are kept together in one record: they count as one payload.
+    assertPayloadSize(Buffer.concat([answer, state]), this.maxPayloadBytes);
+    const { names, leaseId } = lease as RedisLease;
+    const outcome = await this.script('continuations.suspend', SUSPEND, names.key, [
+      leaseId,
+      randomUUID(),
+      continuation,
+      answer,
+      state,
+      String(holdMs),
+      ...this.wakeArgs(names),
+    ]);
+    if (Number(outcome) === 0) {
+      throw new IdempotencyLeaseLostError(
+        'continuations.suspend refused: the record is no longer held under this lease',
+      );
+    }
+    await this.awaitReplicas('continuations.suspend', lease as RedisLease);
+  }
+
+  private async resume(request: ResumeRequest): Promise<ResumeResult> {
+    checkResumeRequest(request);
+    const { scope, locator, continuation, leaseMs, ttlMs } = request;
+    const names = this.keys.recordAt(scope, locator);
+    const leaseId = randomUUID();
+    const reply = (await this.script('continuations.resume', RESUME, names.key, [
+      scope,
+      continuation,
+      leaseId,
+      String(leaseMs),
+      String(ttlMs),
+    ])) as Array<Buffer | null>;
+    const kind = text(reply[0]);
+    if (kind !== 'admitted') return { kind: kind as 'consumed' | 'lapsed' | 'unknown' };
+    const key = text(reply[1]);
+    const lease: RedisLease = {
+      leaseId,
+      leaseMs,
+      ttlMs,
+      names,
+      digest: storedKeyDigest(scope, key),
+    };
+    await this.awaitReplicas('continuations.resume', lease);
+    return { kind: 'admitted', lease, id: { scope, key }, state: reply[2] ?? Buffer.alloc(0) };
   }
 
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
@@ -607,6 +679,9 @@ export class RedisIdempotencyStore<
       fingerprint: get('f') ?? null,
     };
     if (state === 'COMPLETE') view.payload = fields.get('p') ?? Buffer.alloc(0);
+    if (state === 'IN_PROGRESS' && fields.has('sa') && leaseAt !== undefined) {
+      view.suspendedUntil = dateOf(leaseAt);
+    }
     if (state === 'AMBIGUOUS') {
       view.ambiguousSince = dateOf(get('as')!);
       view.ambiguousReason = get('ar') as AmbiguityReason;
@@ -744,6 +819,9 @@ const text = (value: Buffer | string | null | undefined): string =>
     : typeof value === 'string'
       ? value
       : value.toString('utf8');
+
+const isPresent = (value: Buffer | null | undefined): value is Buffer =>
+  value !== null && value !== undefined;
 
 /** A stored time (epoch ms with microseconds) as a Date (whole milliseconds). */
 const dateOf = (stored: string): Date => new Date(Math.floor(Number(stored)));

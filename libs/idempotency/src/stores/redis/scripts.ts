@@ -24,6 +24,14 @@ import { createHash } from 'node:crypto';
  *   rb  resolved by           ra  resolved at          (COMPLETE, when a resolution completed it)
  *   t:<step name>  a recorded step: "0" begun, or "1" and the value's bytes
  *                  (IN_PROGRESS and AMBIGUOUS only; a takeover keeps them)
+ *   cn  continuation id (set by a suspension; kept after its resumption and
+ *       completion, so a second resumption is told "consumed")
+ *   sa  suspended answer      ss  suspended state      (SUSPENDED only)
+ *
+ * A SUSPENDED record is IN_PROGRESS with `sa` present: its lease id is a
+ * fresh one nobody holds and its lease expiry `le` is the hold's end. Once
+ * the hold lapses it is an ordinary expired lease, whose takeover (or move
+ * to AMBIGUOUS) drops `cn`, `sa` and `ss`.
  *
  * and the key expires (PEXPIREAT) at the later of its TTL and its lease:
  * Redis removes a record by itself once nothing can use it any more, and
@@ -65,19 +73,21 @@ function script(name: string, body: string): RedisScript {
  * ({'acquired', '1'} when it took a record over);
  * otherwise returns {'existing', state, fingerprint, payload (COMPLETE),
  * completed at, lease left ms, TTL left ms, AMBIGUOUS since, its reason,
- * moved now (1/0)} and writes nothing, except that a caller that will wait
+ * moved now (1/0), suspended answer, continuation} and writes nothing, except that a caller that will wait
  * marks a live IN_PROGRESS record watched (once), so that complete and
  * release publish only for records someone waits on, and that in strict
  * mode (ARGV[9] = 1) an expired lease is not stolen: the record becomes
  * AMBIGUOUS (PERSIST: no expiry) and is reported so. An AMBIGUOUS record is
- * never stolen. decide.ts isStealable, becomesAmbiguous and
+ * never stolen. A SUSPENDED record whose hold runs is reported with its
+ * answer and continuation, and never marked watched (its duplicates are
+ * answered at once). decide.ts isStealable, becomesAmbiguous and
  * fingerprintsConflict, in Lua.
  */
 export const ACQUIRE = script(
   'acquire',
   `
 local now = now_ms()
-local r = redis.call('HMGET', KEYS[1], 'st', 'le', 'e', 'f', 'd', 'w')
+local r = redis.call('HMGET', KEYS[1], 'st', 'le', 'e', 'f', 'd', 'w', 'cn')
 local state = r[1]
 local stolen = '0'
 if state then
@@ -86,7 +96,7 @@ if state then
   local expires_left = tonumber(r[3]) - now
   local moved = '0'
   if state == 'IN_PROGRESS' and lease_left <= 0 and ARGV[9] == '1' then
-    redis.call('HDEL', KEYS[1], 'l', 'le', 'w')
+    redis.call('HDEL', KEYS[1], 'l', 'le', 'w', 'cn', 'sa', 'ss')
     redis.call('HSET', KEYS[1], 'st', 'AMBIGUOUS', 'as', ms(now), 'ar', 'lease-expired')
     redis.call('PERSIST', KEYS[1])
     state = 'AMBIGUOUS'
@@ -99,6 +109,13 @@ if state then
   local live
   if state == 'IN_PROGRESS' then live = lease_left > 0 else live = expires_left > 0 end
   if live then
+    if state == 'IN_PROGRESS' and r[7] then
+      local answer = redis.call('HGET', KEYS[1], 'sa')
+      if answer then
+        return {'existing', state, r[4], false, false, ms(lease_left), ms(expires_left),
+          false, false, '0', answer, r[7]}
+      end
+    end
     local payload = false
     if state == 'COMPLETE' then
       payload = redis.call('HGET', KEYS[1], 'p')
@@ -107,8 +124,9 @@ if state then
     end
     return {'existing', state, r[4], payload, r[5], ms(lease_left), ms(expires_left)}
   end
-  -- An expired lease's takeover keeps the steps its holder recorded; an expired result is gone.
-  if state == 'IN_PROGRESS' then redis.call('HDEL', KEYS[1], 'f', 'w') else redis.call('DEL', KEYS[1]) end
+  -- An expired lease's takeover keeps the steps its holder recorded (and drops a lapsed
+  -- suspension); an expired result is gone.
+  if state == 'IN_PROGRESS' then redis.call('HDEL', KEYS[1], 'f', 'w', 'cn', 'sa', 'ss') else redis.call('DEL', KEYS[1]) end
   stolen = '1'
 end
 local lease_at = now + tonumber(ARGV[4])
@@ -263,7 +281,67 @@ return 1
 `,
 );
 
+/**
+ * KEYS[1] record. ARGV: lease id, new lease id, continuation, answer, state,
+ * hold ms, publish command, channel, message. Moves the record held under the
+ * lease to SUSPENDED: the new lease id (nobody holds it: the suspender is
+ * fenced out), the hold's end as lease expiry, the continuation, answer and
+ * state; recorded steps stay. Returns 0 (not held under this lease), 1
+ * (suspended), 2 (suspended, and a waiter was told: it looks again and is
+ * answered suspended).
+ */
+export const SUSPEND = script(
+  'suspend',
+  `
+local r = redis.call('HMGET', KEYS[1], 'st', 'l', 'w', 'e')
+if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end
+local hold_at = now_ms() + tonumber(ARGV[6])
+redis.call('HDEL', KEYS[1], 'w')
+redis.call('HSET', KEYS[1], 'l', ARGV[2], 'le', ms(hold_at), 'cn', ARGV[3], 'sa', ARGV[4],
+  'ss', ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], at(math.max(hold_at, tonumber(r[4]))))
+if r[3] then
+  redis.call(ARGV[7], ARGV[8], ARGV[9])
+  return 2
+end
+return 1
+`,
+);
+
+/**
+ * KEYS[1] record (found by scope and locator). ARGV: scope, continuation, new
+ * lease id, lease ms, ttl ms. Admits the one resumption: a record of that
+ * scope, IN_PROGRESS and SUSPENDED with that continuation, hold not lapsed,
+ * gets the new lease (lease ms from now, TTL ttl ms from now), its answer and
+ * state dropped and its continuation kept; returns {'admitted', key, state}.
+ * Otherwise changes nothing and returns {'consumed'} (that continuation, no
+ * longer suspended: resumed or COMPLETE), {'lapsed'} (still suspended with
+ * it, hold over) or {'unknown'} (no record, another scope or continuation,
+ * AMBIGUOUS).
+ */
+export const RESUME = script(
+  'resume',
+  `
+local r = redis.call('HMGET', KEYS[1], 's', 'st', 'cn', 'le')
+if not r[2] or r[1] ~= ARGV[1] or r[3] ~= ARGV[2] then return {'unknown'} end
+if r[2] == 'COMPLETE' then return {'consumed'} end
+if r[2] ~= 'IN_PROGRESS' then return {'unknown'} end
+local h = redis.call('HMGET', KEYS[1], 'sa', 'ss', 'k')
+if not h[1] then return {'consumed'} end
+local now = now_ms()
+if tonumber(r[4]) <= now then return {'lapsed'} end
+local lease_at = now + tonumber(ARGV[4])
+local expires_at = now + tonumber(ARGV[5])
+redis.call('HDEL', KEYS[1], 'sa', 'ss', 'w')
+redis.call('HSET', KEYS[1], 'l', ARGV[3], 'le', ms(lease_at), 'e', ms(expires_at))
+redis.call('PEXPIREAT', KEYS[1], at(math.max(lease_at, expires_at)))
+return {'admitted', h[3], h[2]}
+`,
+);
+
 export const SCRIPTS: readonly RedisScript[] = [
+  SUSPEND,
+  RESUME,
   STEP_BEGIN,
   STEP_RECORD,
   ACQUIRE,
