@@ -6,5 +6,5 @@ import { describeIdempotencyStoreContract } from 'nest-idempotency/testing';
 describeIdempotencyStoreContract(
   'InMemoryIdempotencyStore',
   async () => ({ store: new InMemoryIdempotencyStore(), clock: 'process' }),
-  { clock: 'process', strictMode: true, steps: true },
+  { clock: 'process', strictMode: true, steps: true, continuations: true },
 );

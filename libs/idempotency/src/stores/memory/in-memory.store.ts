@@ -18,12 +18,16 @@ import {
   checkPurgeOptions,
   checkRecordId,
   checkResolution,
+  checkResumeRequest,
   checkStepName,
+  checkSuspension,
 } from '../../core/store-input';
+import { recordLocator } from '../../core/key';
 import {
   AcquireRequest,
   AcquireResult,
   AmbiguityReason,
+  ContinuationSupport,
   DEFAULT_MAX_WAITERS,
   DEFAULT_PURGE_BATCH,
   IdempotencyRecordView,
@@ -61,6 +65,10 @@ interface MemoryRecord {
   resolvedAt?: number;
   /** Recorded steps (IN_PROGRESS and AMBIGUOUS only): name → value, or null when begun. */
   steps?: Map<string, StoredPayload | null>;
+  /** The continuation it was suspended with: kept once resumed (so a second resumption is `consumed`). */
+  continuation?: string;
+  /** SUSPENDED (IN_PROGRESS, its lease the hold): the answer and the state, until resumed. */
+  suspension?: { answer: StoredPayload; state: StoredPayload };
 }
 
 interface MemoryLease extends Lease {
@@ -131,6 +139,61 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     },
   };
+
+  readonly continuations: ContinuationSupport = {
+    suspend: async (lease, suspension) => {
+      checkLease(lease, 'continuations.suspend');
+      checkSuspension(suspension);
+      assertPayloadSize(
+        Buffer.concat([suspension.answer, suspension.state]),
+        this.maxPayloadBytes,
+      );
+      const { id } = lease as MemoryLease;
+      const record = this.held(id, lease, 'continuations.suspend');
+      // Nobody holds a suspended record: its lease id is one no holder has.
+      record.leaseId = randomUUID();
+      record.leaseExpiresAt = this.now() + suspension.holdMs;
+      record.continuation = suspension.continuation;
+      record.suspension = {
+        answer: Buffer.from(suspension.answer),
+        state: Buffer.from(suspension.state),
+      };
+      this.located.set(recordLocator(record.scope, record.key), id);
+      this.waiters.notify(id);
+    },
+    resume: async (request) => {
+      checkResumeRequest(request);
+      const id = this.located.get(request.locator);
+      const record = id === undefined ? undefined : this.records.get(id);
+      if (
+        !record ||
+        record.scope !== request.scope ||
+        record.continuation !== request.continuation ||
+        record.state === 'AMBIGUOUS'
+      ) {
+        return { kind: 'unknown' };
+      }
+      if (!record.suspension) return { kind: 'consumed' };
+      const now = this.now();
+      if (leaseLeft(record, now) <= 0) return { kind: 'lapsed' };
+      const { state } = record.suspension;
+      delete record.suspension;
+      const leaseId = randomUUID();
+      record.leaseId = leaseId;
+      record.leaseExpiresAt = now + request.leaseMs;
+      record.expiresAt = now + request.ttlMs;
+      const lease: MemoryLease = {
+        id: id!,
+        leaseId,
+        leaseMs: request.leaseMs,
+        ttlMs: request.ttlMs,
+      };
+      return { kind: 'admitted', lease, id: { scope: record.scope, key: record.key }, state };
+    },
+  };
+
+  /** Suspended records by locator, for `resume` (entries go with their records). */
+  private readonly located = new Map<string, string>();
 
   constructor(options: InMemoryIdempotencyStoreOptions = {}) {
     refuseUnknownOptions(options, IN_MEMORY_STORE_OPTION_KEYS, 'InMemoryIdempotencyStore');
@@ -221,8 +284,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   async release(lease: Lease): Promise<void> {
     checkLease(lease, 'release');
     const { id } = lease as MemoryLease;
-    this.held(id, lease, 'release');
-    this.records.delete(id);
+    this.forget(id, this.held(id, lease, 'release'));
     this.waiters.notify(id);
   }
 
@@ -246,7 +308,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     }
     const now = this.now();
     if (resolution.outcome === 'not-executed') {
-      this.records.delete(recordId);
+      this.forget(recordId, record);
     } else {
       record.state = 'COMPLETE';
       record.payload = Buffer.from(resolution.payload);
@@ -278,7 +340,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     for (const [id, record] of this.records) {
       if (purged >= limit) break;
       if (isPurgeable(record.state, leaseLeft(record, now), record.expiresAt - now)) {
-        this.records.delete(id);
+        this.forget(id, record);
         purged++;
       }
     }
@@ -316,6 +378,11 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     return this.waiters.onWait(listener);
   }
 
+  private forget(id: string, record: MemoryRecord): void {
+    this.records.delete(id);
+    if (record.continuation !== undefined) this.located.delete(recordLocator(record.scope, record.key));
+  }
+
   private look(id: string, request: AcquireRequest): Observation {
     const now = this.now();
     const existing = this.records.get(id);
@@ -326,6 +393,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     ) {
       // Strict mode: the lapse is noticed here, by the contender, and refused.
       toAmbiguous(existing, 'lease-expired', now);
+      delete existing.suspension;
       this.waiters.notify(id);
       transitioned = true;
     }
@@ -363,6 +431,9 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       expiresLeftMs: existing.expiresAt - now,
       payload: existing.payload,
       completedAt: existing.completedAt === null ? null : new Date(existing.completedAt),
+      suspension: existing.suspension
+        ? { answer: existing.suspension.answer, continuation: existing.continuation! }
+        : null,
     };
     if (existing.state === 'AMBIGUOUS') {
       record.ambiguousSince = new Date(existing.ambiguousSince!);
@@ -396,6 +467,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       fingerprint: record.fingerprint,
     };
     if (record.state === 'COMPLETE') view.payload = record.payload!;
+    if (record.suspension) view.suspendedUntil = new Date(record.leaseExpiresAt!);
     if (record.state === 'AMBIGUOUS') {
       view.ambiguousSince = new Date(record.ambiguousSince!);
       view.ambiguousReason = record.ambiguousReason!;
