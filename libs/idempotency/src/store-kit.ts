@@ -36,7 +36,13 @@ export {
 export type { HttpResponseRecord, PayloadDescription } from './core/payload';
 
 // Keys and scopes as stored.
-export { assertValidKey, keyFromBytes, scopeOfStored, storedScope } from './core/key';
+export {
+  assertValidKey,
+  keyFromBytes,
+  recordLocator,
+  scopeOfStored,
+  storedScope,
+} from './core/key';
 
 // The checks every built-in store makes of its arguments, and the byte probe of init().
 export {
@@ -47,6 +53,8 @@ export {
   checkPurgeOptions,
   checkRecordId,
   checkResolution,
+  checkResumeRequest,
+  checkSuspension,
   describeInput,
 } from './core/store-input';
 export { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from './core/byte-probe';

@@ -8,6 +8,7 @@
 // The engine and its policies.
 export { IdempotencyEngine } from './engine';
 export type {
+  AnswerOf,
   ExecuteOutcome,
   ExecuteRequest,
   IdempotencyEngineOptions,
@@ -15,6 +16,7 @@ export type {
 } from './engine';
 export { IdempotencyContext } from './context';
 export type { IdempotencyAttempt } from './context';
+export type { SuspendedAnswer, SuspendOptions } from './continuation';
 export type { DerivedKeyOptions } from './derived-key';
 export type { CallOptions } from './look';
 export { BUILT_IN_DEFAULTS } from './policy';
@@ -45,6 +47,7 @@ export {
   IdempotencyNotExecutedError,
   IdempotencyOutcomeUnknownError,
   IdempotencyPayloadError,
+  IdempotencyResumptionRefusedError,
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
 } from './errors';
@@ -70,6 +73,7 @@ export type {
   AcquireResult,
   AmbiguityReason,
   AmbiguousRecord,
+  ContinuationSupport,
   IdempotencyRecordView,
   Lease,
   ListFilter,
@@ -79,9 +83,13 @@ export type {
   ReplayedRecord,
   Resolution,
   ResolveResult,
+  ResumeRequest,
+  ResumeResult,
   StepSupport,
   StoredPayload,
   StrictModeSupport,
+  SuspendedRecord,
+  Suspension,
   TransactionRunner,
   TransactionalCompletion,
 } from './store';

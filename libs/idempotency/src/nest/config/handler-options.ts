@@ -142,6 +142,16 @@ export interface IdempotentOptions {
    * warning is logged; a retry may run the handler again.
    */
   onCompletionFailure?: 'error' | 'return';
+  /**
+   * HTTP: this route resumes the records that `ctx.suspend` suspended in the
+   * scope named here (the suspending handler's scope: `Class.method` unless
+   * it set `scope`). It reads the token from the `Idempotency-Continuation`
+   * header; the store admits one resumption per token, the handler gets the
+   * saved state as `ctx.resumed`, and its result completes the suspended
+   * record. Its own `Idempotency-Key` is optional here (`required` defaults
+   * to false): with one, a retry of the resumption replays its answer.
+   */
+  resumes?: string;
 }
 
 /** Every key of `IdempotentOptions` (`tsc` fails when the two disagree); any other is refused at bootstrap. */
@@ -160,6 +170,7 @@ export const IDEMPOTENT_OPTION_KEYS = optionKeys<IdempotentOptions>()([
   'notExecuted',
   'reconcile',
   'onCompletionFailure',
+  'resumes',
 ]);
 
 export type IdempotencyMode = 'enforce' | 'observe';

@@ -57,6 +57,10 @@ export interface HandlerPlan {
   replayHeaders?: Set<string>;
   /** HTTP: the status a replay of a resolved record (a value, not a response) goes out with. */
   replayStatus?: number;
+  /** HTTP: the status of a suspension's answer (`@HttpCode` if the route sets one, else 202). */
+  suspendStatus?: number;
+  /** HTTP: the scope whose suspended records this route resumes (`resumes`). */
+  resumes?: string;
   /** RPC: a unary `@GrpcMethod` (keyed by its metadata by default; refusals as gRPC statuses). */
   grpc?: boolean;
   /** RPC: an @EventPattern (no reply) rather than a @MessagePattern. */
@@ -148,7 +152,11 @@ export function compileHandlerPlan(
     policy: observe ? { ...policy, waitTimeoutMs: 0, strict: false } : policy,
     observe,
     completion,
-    required: options.required ?? (KEYED_BY_MESSAGE.includes(transport) ? true : settings.required),
+    required:
+      options.required ??
+      (KEYED_BY_MESSAGE.includes(transport)
+        ? true
+        : options.resumes === undefined && settings.required),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, grpc ? 'grpc' : transport, where),
   };
@@ -159,6 +167,11 @@ export function compileHandlerPlan(
       (Reflect.getMetadata(NEST_METADATA.headers, handler) ?? []) as { name: string }[]
     ).map((h) => h.name);
     plan.replayStatus = routeStatus(handler);
+    const explicit = Reflect.getMetadata('__httpCode__', handler) as unknown;
+    plan.suspendStatus = typeof explicit === 'number' ? explicit : 202;
+    if (options.resumes !== undefined) {
+      plan.resumes = compileResumes(options.resumes, completion, observe, settings, where);
+    }
     plan.replayHeaders = new Set(
       [...DEFAULT_REPLAY_HEADERS, ...settings.replayHeaders, ...custom]
         .map((h) => h.toLowerCase())
@@ -167,7 +180,14 @@ export function compileHandlerPlan(
     if (options.rmq !== undefined) {
       throw new IdempotencyConfigError(`${where}: option "rmq" applies to message handlers only`);
     }
-  } else if (transport === 'job' || transport === 'tick') {
+    return plan;
+  }
+  if (options.resumes !== undefined) {
+    throw new IdempotencyConfigError(
+      `${where}: option "resumes" applies to HTTP routes only (the engine has engine.resume)`,
+    );
+  }
+  if (transport === 'job' || transport === 'tick') {
     // Checked before the plan was built (refuseProviderMethodOptions).
   } else if (transport !== 'rpc') {
     if (options.rmq !== undefined) {
@@ -191,6 +211,32 @@ export function compileHandlerPlan(
     }
   }
   return plan;
+}
+
+/** `resumes`: a scope to resume, on a store that holds continuations, outside transactions and observe mode. */
+function compileResumes(
+  resumes: unknown,
+  completion: 'separate' | 'transaction',
+  observe: boolean,
+  settings: ModuleSettings,
+  where: string,
+): string {
+  if (typeof resumes !== 'string' || resumes.length === 0) {
+    throw new IdempotencyConfigError(
+      `${where}: option "resumes" must be the scope of the handler that suspends (a non-empty string, e.g. 'PaymentsController.pay')`,
+    );
+  }
+  if (!settings.store.continuations) {
+    throw new IdempotencyConfigError(
+      `${where}: option "resumes" needs a store with continuations (store.continuations); ${storeName(settings.store)} has none`,
+    );
+  }
+  if (completion === 'transaction' || observe) {
+    throw new IdempotencyConfigError(
+      `${where}: option "resumes" cannot be combined with ${observe ? "mode: 'observe'" : "completion: 'transaction'"}`,
+    );
+  }
+  return resumes;
 }
 
 const ROOTS: Record<Transport, readonly string[]> = {

@@ -27,6 +27,8 @@ export interface DoorCapture {
   returned?(value: unknown): void;
   /** Wraps each run of the chain (HTTP holds its response back when the result is captured). */
   around?(capturing: boolean, run: () => Promise<unknown>): Promise<unknown>;
+  /** `ctx.suspend`: what goes on for the answer, carrying the token (HTTP only). */
+  suspended?(answer: unknown, token: string): unknown;
 }
 
 /**
@@ -69,8 +71,11 @@ export abstract class Door {
     plan: HandlerPlan,
     identity: CallIdentity,
     work: CallWork<unknown>,
+    /** A `resumes` route: the continuation token the caller presented. */
+    token?: string,
   ): Promise<CallOutcome<unknown>> {
     const request: CallRequest = { identity, required: plan.required, observe: plan.observe };
+    if (plan.resumes !== undefined) request.resumes = { scope: plan.resumes, token };
     return this.engine.perform(plan.policy, request, work);
   }
 
@@ -103,6 +108,7 @@ export abstract class Door {
       entered: () => entry?.entered ?? true,
       returned: door.returned,
       capture: door.capture,
+      suspended: door.suspended,
       transaction: transactionFor(plan, this.transactions, this.engine.store),
     };
   }

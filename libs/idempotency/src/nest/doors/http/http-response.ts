@@ -169,3 +169,30 @@ export function isProblem(
     return false;
   }
 }
+
+/** The header a suspension's answer carries its continuation token in, and a resumption sends it back in. */
+export const CONTINUATION_HEADER = 'idempotency-continuation';
+
+/** The token a resumption presented (the first, if sent twice), or undefined. */
+export function continuationHeader(request: {
+  headers?: Record<string, string | string[] | undefined>;
+}): string | undefined {
+  const value = request.headers?.[CONTINUATION_HEADER];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** A suspension's answer: the written body, with the suspension's status and the token. */
+export function suspendedAnswer(
+  finished: FinishedResponse,
+  status: number,
+  token: string,
+): Outgoing {
+  const headers: OutgoingHttpHeaders = { ...finished.headers, [CONTINUATION_HEADER]: token };
+  if (headers['access-control-allow-origin'] !== undefined) {
+    const exposed = String(headers['access-control-expose-headers'] ?? '');
+    headers['access-control-expose-headers'] = exposed
+      ? `${exposed}, Idempotency-Continuation`
+      : 'Idempotency-Continuation';
+  }
+  return { kind: 'replace', status, headers, body: finished.body };
+}

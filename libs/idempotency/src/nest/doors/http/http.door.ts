@@ -20,10 +20,13 @@ import { problemFor } from './http-refusals';
 import { bodySize, fingerprintParts, hasBody, HttpRequest, nodeResponse } from './http-request';
 import {
   asOutgoing,
+  continuationHeader,
+  CONTINUATION_HEADER,
   isProblem,
   recordOf,
   replayedResponse,
   replayOf,
+  suspendedAnswer,
   valueOf,
 } from './http-response';
 import { ResponseCapture } from './response-capture';
@@ -55,13 +58,14 @@ export class HttpDoor extends Door {
     const request = http.getRequest<HttpRequest>();
     const response = http.getResponse<unknown>();
     const res = nodeResponse(response);
-    const capture = new ResponseCapture(res, (finished, digest) =>
-      this.stored(plan, finished, digest),
+    const capture: ResponseCapture = new ResponseCapture(res, (finished, digest) =>
+      this.stored(plan, finished, digest, capture.continuation),
     );
     const outcome = this.perform(
       plan,
       this.identify(request, context, plan),
       this.work(next, plan, capture),
+      plan.resumes === undefined ? undefined : continuationHeader(request),
     );
     const answered = outcome.then(
       (done) => this.render(done, plan, response, res, capture),
@@ -93,7 +97,10 @@ export class HttpDoor extends Door {
       case 'executed': {
         const failure = outcome.failure;
         // Observing never changes what the client gets.
-        if (failure === undefined || plan.observe) capture.answerAsWritten();
+        const token = outcome.continuation;
+        if (token !== undefined && failure === undefined) {
+          capture.answer((finished) => suspendedAnswer(finished, plan.suspendStatus!, token));
+        } else if (failure === undefined || plan.observe) capture.answerAsWritten();
         else {
           const exception = this.typed(problemFor(failure.refusal, plan, this.settings.keyHeader));
           capture.answer((finished) => asOutgoing(exception, finished));
@@ -104,12 +111,22 @@ export class HttpDoor extends Door {
   }
 
   /** The stored form of the response the handler's chain wrote. */
-  private stored(plan: HandlerPlan, finished: FinishedResponse, keyDigest: string): Capture {
+  private stored(
+    plan: HandlerPlan,
+    finished: FinishedResponse,
+    keyDigest: string,
+    continuation: string | undefined,
+  ): Capture {
     let record;
     try {
       record = recordOf(plan, finished, this.settings.options.sanitize);
     } catch (error) {
       return { kind: 'not-storable', reason: `sanitize threw: ${(error as Error).message}` };
+    }
+    if (continuation !== undefined) {
+      // A suspension's answer, as its caller gets it and its duplicates replay it.
+      record.status = plan.suspendStatus!;
+      record.headers[CONTINUATION_HEADER] = continuation;
     }
     if (record.status >= 500) {
       this.logger.warn(

@@ -38,6 +38,14 @@ export class ResponseCapture implements DoorCapture {
     }
   };
 
+  /** `ctx.suspend`: the token its answer carries (set before the answer is written). */
+  continuation: string | undefined = undefined;
+
+  suspended = (answer: unknown, token: string): unknown => {
+    this.continuation = token;
+    return answer;
+  };
+
   returned = (value: unknown): void => {
     this.handlerReturned = true;
     this.value.resolve(value);
