@@ -31,10 +31,13 @@ async function main(): Promise<void> {
     charge = ctx.deriveKey('charge');
     keyDigest = ctx.keyDigest;
     const intent = await ctx.step('create-intent', () => ({ intent: `pi_${process.pid}` }));
-    return ctx.suspend({ status: 'challenge', intent: intent.intent }, {
-      hold: required('CONT_HOLD'),
-      state: { intent: intent.intent, amount: 500 },
-    });
+    return ctx.suspend(
+      { status: 'challenge', intent: intent.intent },
+      {
+        hold: required('CONT_HOLD'),
+        state: { intent: intent.intent, amount: 500 },
+      },
+    );
   });
   if (outcome.kind !== 'suspended') throw new Error(`expected suspended, got ${outcome.kind}`);
   const report: SuspendReport = {

@@ -46,7 +46,11 @@ export function isSuspendedAnswer(value: unknown): value is SuspendedAnswer {
 }
 
 /** Checks what `ctx.suspend` was given; throws `IdempotencyError` naming the record. */
-export function suspensionOf<A>(answer: A, options: SuspendOptions, record: string): SuspendedAnswer<A> {
+export function suspensionOf<A>(
+  answer: A,
+  options: SuspendOptions,
+  record: string,
+): SuspendedAnswer<A> {
   if (typeof options !== 'object' || options === null || options.hold === undefined) {
     throw new IdempotencyError(
       `${record}: suspend(answer, { hold }): the hold is required (how long the record waits for its resumption, e.g. '15m')`,

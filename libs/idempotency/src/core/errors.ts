@@ -159,7 +159,8 @@ export class IdempotencyResumptionRefusedError extends IdempotencyError {
 }
 
 const RESUMPTION_TEXT = {
-  invalid: 'token is malformed (expected the Idempotency-Continuation value the suspension answered)',
+  invalid:
+    'token is malformed (expected the Idempotency-Continuation value the suspension answered)',
   unknown: 'names no suspended record of this scope',
   consumed: 'was resumed already; it is admitted once',
   lapsed: 'hold lapsed before the resumption; the record goes on without it',

@@ -10,7 +10,8 @@ import type { AmbiguityReason } from './store';
  * Why a record was released: the action threw, something answered the caller
  * before it returned, or (transactional completion) the transaction did not commit.
  */
-export type ReleaseReason = 'action-failed' | 'answered-early' | 'commit-failed' | 'resumption-refused';
+export type ReleaseReason =
+  'action-failed' | 'answered-early' | 'commit-failed' | 'resumption-refused';
 
 export type IdempotencyEvent =
   | {

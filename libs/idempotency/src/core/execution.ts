@@ -253,7 +253,9 @@ export class Execution implements Holding {
   }
 
   /** Deletes the record (the action failed: it leaves no trace); never throws. */
-  async release(reason: 'action-failed' | 'answered-early' | 'resumption-refused' = 'action-failed'): Promise<void> {
+  async release(
+    reason: 'action-failed' | 'answered-early' | 'resumption-refused' = 'action-failed',
+  ): Promise<void> {
     this.settle();
     try {
       await this.releaseQuietly(reason);

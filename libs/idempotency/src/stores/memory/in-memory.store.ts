@@ -144,10 +144,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     suspend: async (lease, suspension) => {
       checkLease(lease, 'continuations.suspend');
       checkSuspension(suspension);
-      assertPayloadSize(
-        Buffer.concat([suspension.answer, suspension.state]),
-        this.maxPayloadBytes,
-      );
+      assertPayloadSize(Buffer.concat([suspension.answer, suspension.state]), this.maxPayloadBytes);
       const { id } = lease as MemoryLease;
       const record = this.held(id, lease, 'continuations.suspend');
       // Nobody holds a suspended record: its lease id is one no holder has.
@@ -380,7 +377,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
 
   private forget(id: string, record: MemoryRecord): void {
     this.records.delete(id);
-    if (record.continuation !== undefined) this.located.delete(recordLocator(record.scope, record.key));
+    if (record.continuation !== undefined)
+      this.located.delete(recordLocator(record.scope, record.key));
   }
 
   private look(id: string, request: AcquireRequest): Observation {
