@@ -5,6 +5,7 @@ import type {
   RecordState,
   ReplayedRecord,
   StoredPayload,
+  SuspendedRecord,
 } from './store';
 
 /**
@@ -29,6 +30,11 @@ export interface ObservedRecord {
   ambiguousReason?: AmbiguityReason | null;
   /** True when this very look moved the record to AMBIGUOUS. */
   transitioned?: boolean;
+  /**
+   * IN_PROGRESS and SUSPENDED (stores with continuations): what a duplicate
+   * is answered while the hold (the lease, `leaseLeftMs`) runs.
+   */
+  suspension?: { answer: StoredPayload; continuation: string } | null;
 }
 
 /**
@@ -79,12 +85,14 @@ export type Decision =
   | ReplayedRecord
   | Extract<AcquireResult, { kind: 'fingerprint-mismatch' }>
   | AmbiguousRecord
+  | SuspendedRecord
   | { kind: 'busy'; retryAfterMs: number };
 
 /**
  * For a record that was not acquired (and not stealable): replay it, refuse a
- * mismatch, say it is AMBIGUOUS, or report it busy. A mismatch comes first:
- * another request under a reused key is told so whatever the record's state.
+ * mismatch, say it is AMBIGUOUS or SUSPENDED (at once, while its hold runs),
+ * or report it busy. A mismatch comes first: another request under a reused
+ * key is told so whatever the record's state.
  */
 export function decide(record: ObservedRecord, fingerprint: string | null): Decision {
   if (fingerprintsConflict(fingerprint, record.fingerprint))
@@ -104,6 +112,14 @@ export function decide(record: ObservedRecord, fingerprint: string | null): Deci
       completedAt: record.completedAt!,
       expiresInMs: Math.max(0, Math.floor(record.expiresLeftMs)),
       fingerprint: record.fingerprint,
+    };
+  }
+  if (record.suspension && record.leaseLeftMs > 0) {
+    return {
+      kind: 'suspended',
+      answer: record.suspension.answer,
+      continuation: record.suspension.continuation,
+      holdRemainingMs: Math.ceil(record.leaseLeftMs),
     };
   }
   return { kind: 'busy', retryAfterMs: Math.max(0, Math.ceil(record.leaseLeftMs)) };

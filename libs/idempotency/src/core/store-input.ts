@@ -1,5 +1,14 @@
 import { isStepName, MAX_STEP_NAME_LENGTH } from './steps';
-import type { AcquireRequest, Lease, ListFilter, RecordId, RecordState, Resolution } from './store';
+import type {
+  AcquireRequest,
+  Lease,
+  ListFilter,
+  RecordId,
+  RecordState,
+  Resolution,
+  ResumeRequest,
+  Suspension,
+} from './store';
 
 /**
  * The SPI's inputs, checked once at a store's boundary. The types say what a
@@ -147,4 +156,41 @@ export function checkResolution(id: RecordId, resolution: Resolution, where = 'r
   } else if (resolution.outcome !== 'not-executed') {
     refuse(where, 'outcome', '"completed" or "not-executed"', (resolution as Resolution).outcome);
   }
+}
+
+/** A continuation id: 1–64 printable ASCII characters, no space (the engine makes them). */
+const CONTINUATION = /^[\x21-\x7e]{1,64}$/;
+/** A record locator (`recordLocator`): SHA-256 in lowercase hex. */
+const LOCATOR = /^[0-9a-f]{64}$/;
+
+function checkContinuation(where: string, value: unknown): void {
+  if (typeof value !== 'string' || !CONTINUATION.test(value)) {
+    refuse(where, 'continuation', 'a continuation id (1–64 printable characters)', value);
+  }
+}
+
+/** `continuations.suspend`'s suspension: a continuation id, answer and state Buffers, `holdMs` positive. */
+export function checkSuspension(suspension: Suspension, where = 'continuations.suspend'): void {
+  checkObject(where, 'suspension', suspension);
+  checkContinuation(where, suspension.continuation);
+  checkPayload(suspension.answer, where, 'answer');
+  checkPayload(suspension.state, where, 'state');
+  checkPositive(where, 'holdMs', suspension.holdMs);
+}
+
+/**
+ * `continuations.resume`'s request: a scope string, a locator as
+ * `recordLocator` makes it (64 lowercase hex characters: it names a key, so
+ * nothing else is let through), a continuation id, `leaseMs` and `ttlMs`
+ * positive and finite.
+ */
+export function checkResumeRequest(request: ResumeRequest, where = 'continuations.resume'): void {
+  checkObject(where, 'request', request);
+  checkString(where, 'scope', request.scope);
+  if (typeof request.locator !== 'string' || !LOCATOR.test(request.locator)) {
+    refuse(where, 'locator', 'a record locator (64 lowercase hex characters)', request.locator);
+  }
+  checkContinuation(where, request.continuation);
+  checkPositive(where, 'leaseMs', request.leaseMs);
+  checkPositive(where, 'ttlMs', request.ttlMs);
 }
