@@ -215,6 +215,7 @@ describe.runIf(mariadbAvailable())(
             'UpgradeIdempotencyRecords1764547200000',
             'AddIdempotencyAmbiguousState1764633600000',
             'AddIdempotencySteps1764806400000',
+            'AddIdempotencyContinuations1764892800000',
           ]);
           expect(await tableExists(table)).toBe(true);
           const store = newStore(admin, { table });
@@ -228,10 +229,17 @@ describe.runIf(mariadbAvailable())(
             /CHECK \(`state` in \('IN_PROGRESS','COMPLETE','AMBIGUOUS'\)\)/,
           );
           expect(ddl['Create Table']).toContain('`ambiguous_since` datetime(6)');
+          expect(ddl['Create Table']).toContain('`suspended_state` longblob');
           await expect(migrations.showMigrations()).resolves.toBe(false);
 
-          // Undoing recorded steps would let a takeover run recorded steps again: refused.
+          // Undoing continuations would lose suspended records' answers and states: refused.
           await expect(migrations.undoLastMigration()).rejects.toThrow(
+            'AddIdempotencyContinuations1764892800000 cannot be reverted: suspended records would lose their answer and state, and their resumptions could not be admitted; restore a backup instead',
+          );
+          // Undoing recorded steps would let a takeover run recorded steps again: refused.
+          await expect(
+            new (createIdempotencyMigrations({ table })[3])().down(undefined as never),
+          ).rejects.toThrow(
             'AddIdempotencySteps1764806400000 cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead',
           );
           // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
