@@ -60,7 +60,12 @@ export class MysqlContinuations {
     const { scope, continuation } = request;
     const sql = this.sql();
     const values = { id, scope, continuation, lease: leaseId, leaseMs, ttlMs };
-    const logged = { ...values, id: idHex, scope: loggedScope(scope), continuation: HIDDEN_CONTINUATION };
+    const logged = {
+      ...values,
+      id: idHex,
+      scope: loggedScope(scope),
+      continuation: HIDDEN_CONTINUATION,
+    };
     for (;;) {
       const ok = await this.query<MysqlOk>('continuations.resume', sql.resume, values, logged);
       if (matchedRows(ok) > 0) {

@@ -1,5 +1,10 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { DEFAULT_TABLE, PREDATES_CONTINUATIONS, PREDATES_STEPS, PREDATES_STRICT_MODE } from '../table';
+import {
+  DEFAULT_TABLE,
+  PREDATES_CONTINUATIONS,
+  PREDATES_STEPS,
+  PREDATES_STRICT_MODE,
+} from '../table';
 import { MysqlTableName, mysqlQualified, quoteMysqlIdent } from './sql';
 
 /**
