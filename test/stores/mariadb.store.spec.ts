@@ -13,6 +13,7 @@ import {
   TypeOrmIdempotencyStore,
   TypeOrmIdempotencyStoreOptions,
 } from 'nest-idempotency/typeorm';
+import { recordLocator } from '../../libs/idempotency/src/core/key';
 import { dropTable, mariadbAvailable, openMysqlDataSource, scratchTable } from '../support/mariadb';
 import {
   acquireRequest,
@@ -579,6 +580,22 @@ describe.runIf(mariadbAvailable())(
         expect((await store.list({ scope })).some((r) => r.payload?.equals(payload))).toBe(true);
         await store.release(leaseOf(await store.tryAcquire(acquireRequest(scope, released))));
         await store.purgeExpired();
+        // A suspension and its resumption: the continuation id lets its holder resume.
+        const suspendedKey = `raw-key-${randomUUID()}`;
+        const continuation = `cont-${randomUUID()}`;
+        const answer = encodeValue({ challenge: secret });
+        await store.continuations.suspend(
+          leaseOf(await store.tryAcquire(acquireRequest(scope, suspendedKey))),
+          { continuation, answer, state: answer, holdMs: 10_000 },
+        );
+        const resumed = await store.continuations.resume({
+          scope,
+          locator: recordLocator(scope, suspendedKey),
+          continuation,
+          leaseMs: 10_000,
+          ttlMs: 60_000,
+        });
+        expect(resumed.kind).toBe('admitted');
 
         const texts = logger.entries.filter((e) => e.method === 'logQuery').map((e) => e.query);
         expect(texts.filter((q) => q.includes('ON DUPLICATE KEY UPDATE')).length).toBeGreaterThan(
@@ -594,6 +611,8 @@ describe.runIf(mariadbAvailable())(
             ['the released raw key', released],
             ['the payload', payload.toString('utf8')],
             ['the payload content', secret],
+            ['the suspended raw key', suspendedKey],
+            ['the continuation', continuation],
           ] as const) {
             if (shown.includes(needle)) leaks.push(`${entry.method} #${i} shows ${label}`);
           }
@@ -603,6 +622,7 @@ describe.runIf(mariadbAvailable())(
         expect(parameters).toContain(keyDigest(scope, key));
         expect(parameters).toContain(keyDigest(scope, released));
         expect(parameters).toContain(`<${payload.length} bytes>`);
+        expect(parameters).toContain('<continuation>');
       });
     });
 
