@@ -19,7 +19,7 @@ describe.runIf(mariadbAvailable())('MariaDB', () => {
     describeIdempotencyStoreContract(
       `TypeOrmIdempotencyStore (MariaDB, DataSource type ${type}, preparedStatements: ${preparedStatements})`,
       () => mariadbHarness('contract', { type, preparedStatements }),
-      { strictMode: true, steps: true },
+      { strictMode: true, steps: true, continuations: true },
     );
   }
 });

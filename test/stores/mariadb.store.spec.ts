@@ -13,6 +13,7 @@ import {
   TypeOrmIdempotencyStore,
   TypeOrmIdempotencyStoreOptions,
 } from 'nest-idempotency/typeorm';
+import { recordLocator } from '../../libs/idempotency/src/core/key';
 import { dropTable, mariadbAvailable, openMysqlDataSource, scratchTable } from '../support/mariadb';
 import {
   acquireRequest,
@@ -215,6 +216,7 @@ describe.runIf(mariadbAvailable())(
             'UpgradeIdempotencyRecords1764547200000',
             'AddIdempotencyAmbiguousState1764633600000',
             'AddIdempotencySteps1764806400000',
+            'AddIdempotencyContinuations1764892800000',
           ]);
           expect(await tableExists(table)).toBe(true);
           const store = newStore(admin, { table });
@@ -228,10 +230,17 @@ describe.runIf(mariadbAvailable())(
             /CHECK \(`state` in \('IN_PROGRESS','COMPLETE','AMBIGUOUS'\)\)/,
           );
           expect(ddl['Create Table']).toContain('`ambiguous_since` datetime(6)');
+          expect(ddl['Create Table']).toContain('`suspended_state` longblob');
           await expect(migrations.showMigrations()).resolves.toBe(false);
 
-          // Undoing recorded steps would let a takeover run recorded steps again: refused.
+          // Undoing continuations would lose suspended records' answers and states: refused.
           await expect(migrations.undoLastMigration()).rejects.toThrow(
+            'AddIdempotencyContinuations1764892800000 cannot be reverted: suspended records would lose their answer and state, and their resumptions could not be admitted; restore a backup instead',
+          );
+          // Undoing recorded steps would let a takeover run recorded steps again: refused.
+          await expect(
+            new (createIdempotencyMigrations({ table })[3])().down(undefined as never),
+          ).rejects.toThrow(
             'AddIdempotencySteps1764806400000 cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead',
           );
           // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
@@ -571,6 +580,22 @@ describe.runIf(mariadbAvailable())(
         expect((await store.list({ scope })).some((r) => r.payload?.equals(payload))).toBe(true);
         await store.release(leaseOf(await store.tryAcquire(acquireRequest(scope, released))));
         await store.purgeExpired();
+        // A suspension and its resumption: the continuation id lets its holder resume.
+        const suspendedKey = `raw-key-${randomUUID()}`;
+        const continuation = `cont-${randomUUID()}`;
+        const answer = encodeValue({ challenge: secret });
+        await store.continuations.suspend(
+          leaseOf(await store.tryAcquire(acquireRequest(scope, suspendedKey))),
+          { continuation, answer, state: answer, holdMs: 10_000 },
+        );
+        const resumed = await store.continuations.resume({
+          scope,
+          locator: recordLocator(scope, suspendedKey),
+          continuation,
+          leaseMs: 10_000,
+          ttlMs: 60_000,
+        });
+        expect(resumed.kind).toBe('admitted');
 
         const texts = logger.entries.filter((e) => e.method === 'logQuery').map((e) => e.query);
         expect(texts.filter((q) => q.includes('ON DUPLICATE KEY UPDATE')).length).toBeGreaterThan(
@@ -586,6 +611,8 @@ describe.runIf(mariadbAvailable())(
             ['the released raw key', released],
             ['the payload', payload.toString('utf8')],
             ['the payload content', secret],
+            ['the suspended raw key', suspendedKey],
+            ['the continuation', continuation],
           ] as const) {
             if (shown.includes(needle)) leaks.push(`${entry.method} #${i} shows ${label}`);
           }
@@ -595,6 +622,7 @@ describe.runIf(mariadbAvailable())(
         expect(parameters).toContain(keyDigest(scope, key));
         expect(parameters).toContain(keyDigest(scope, released));
         expect(parameters).toContain(`<${payload.length} bytes>`);
+        expect(parameters).toContain('<continuation>');
       });
     });
 

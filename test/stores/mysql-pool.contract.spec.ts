@@ -18,7 +18,7 @@ describe.runIf(mariadbAvailable())('MariaDB', () => {
     describeIdempotencyStoreContract(
       `MysqlIdempotencyStore (MariaDB, a mysql2 ${api} pool, preparedStatements: ${preparedStatements})`,
       () => mysqlPoolHarness('mypool', api, { preparedStatements }),
-      { strictMode: true, steps: true },
+      { strictMode: true, steps: true, continuations: true },
     );
   }
 });

@@ -5,6 +5,6 @@ for (const preparedStatements of [true, false]) {
   describeIdempotencyStoreContract(
     `PgIdempotencyStore (a pg Pool, preparedStatements: ${preparedStatements})`,
     () => pgPoolHarness('pgpool', { preparedStatements }),
-    { strictMode: true, steps: true },
+    { strictMode: true, steps: true, continuations: true },
   );
 }

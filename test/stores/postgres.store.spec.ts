@@ -118,6 +118,7 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
         'UpgradeIdempotencyRecords1764547200000',
         'AddIdempotencyAmbiguousState1764633600000',
         'AddIdempotencySteps1764806400000',
+        'AddIdempotencyContinuations1764892800000',
       ]);
       expect(await tableExists(schema)).toBe(true);
       const store = newStore(admin, { schema });
@@ -125,8 +126,14 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       await roundTrip(store);
       await expect(migrations.showMigrations()).resolves.toBe(false);
 
-      // Undoing recorded steps would let a takeover run recorded steps again: refused.
+      // Undoing continuations would lose suspended records' answers and states: refused.
       await expect(migrations.undoLastMigration()).rejects.toThrow(
+        'AddIdempotencyContinuations1764892800000 cannot be reverted: suspended records would lose their answer and state, and their resumptions could not be admitted; restore a backup instead',
+      );
+      // Undoing recorded steps would let a takeover run recorded steps again: refused.
+      await expect(
+        new (createIdempotencyMigrations({ schema })[3])().down(undefined as never),
+      ).rejects.toThrow(
         'AddIdempotencySteps1764806400000 cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead',
       );
       // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
@@ -170,7 +177,39 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
         migrations: all,
       });
       const ran = await current.runMigrations();
-      expect(ran.map((m) => m.name)).toEqual(['AddIdempotencySteps1764806400000']);
+      expect(ran.map((m) => m.name)).toEqual([
+        'AddIdempotencySteps1764806400000',
+        'AddIdempotencyContinuations1764892800000',
+      ]);
+      const store = newStore(admin, { schema });
+      await store.init();
+      await roundTrip(store);
+    });
+
+    it('refuses a table from before continuations, naming the migration, which adds their columns', async () => {
+      const schema = newSchema();
+      await admin.query(`CREATE SCHEMA "${schema}"`);
+      const all = createIdempotencyMigrations({ schema });
+      const older = await newDataSource({
+        schema,
+        migrationsTableName: 'typeorm_migrations',
+        migrations: all.slice(0, 4),
+      });
+      await older.runMigrations();
+      const error = await rejection(newStore(admin, { schema }).init());
+      expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
+      expect(error.message).toContain('column "continuation" is missing');
+      expect(error.message).toContain('column "suspended_state" is missing');
+      expect(error.message).toContain(
+        'it predates continuations: run the migration AddIdempotencyContinuations1764892800000 (createIdempotencyMigrations() includes it)',
+      );
+      const current = await newDataSource({
+        schema,
+        migrationsTableName: 'typeorm_migrations',
+        migrations: all,
+      });
+      const ran = await current.runMigrations();
+      expect(ran.map((m) => m.name)).toEqual(['AddIdempotencyContinuations1764892800000']);
       const store = newStore(admin, { schema });
       await store.init();
       await roundTrip(store);

@@ -2,10 +2,12 @@ import { DataSource } from 'typeorm';
 import {
   AcquireResult,
   encodeValue,
+  IdempotencyPayloadError,
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore, TypeOrmIdempotencyStoreOptions } from 'nest-idempotency/typeorm';
+import { recordLocator } from '../../libs/idempotency/src/core/key';
 import { mariadbDialect, postgresDialect, SqlDialect, TablePlace } from '../support/sql-dialects';
 import { SilentForwarder, TcpProxy } from '../support/tcp-proxy';
 import {
@@ -106,6 +108,64 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
       const acquired = await stores[2].tryAcquire(acquireRequest('s', 'k', { ttlMs: 60_000 }));
       await stores[2].complete(leaseOf(acquired), encodeValue(1));
       expectReplayOf(await stores[1].tryAcquire(acquireRequest('s', 'k')), 1);
+    });
+  });
+
+  describe('continuations', () => {
+    it('refuses a table from before continuations, naming the migration; ensureSchema adds the columns', async () => {
+      const place = newPlace();
+      for (const sql of db.schemaSql(place)) await admin.query(sql);
+      await admin.query(
+        `ALTER TABLE ${place.sql} DROP COLUMN continuation, DROP COLUMN suspended_answer, DROP COLUMN suspended_state`,
+      );
+
+      const error = await rejection(newStore(admin, place).init());
+
+      expect(error).toBeInstanceOf(IdempotencyStoreSchemaError);
+      expect(error.message).toContain('column "continuation" is missing');
+      expect(error.message).toContain('column "suspended_answer" is missing');
+      expect(error.message).toContain('column "suspended_state" is missing');
+      expect(error.message).toContain(
+        '; it predates continuations: run the migration AddIdempotencyContinuations1764892800000 (createIdempotencyMigrations() includes it)',
+      );
+      await newStore(admin, place, { ensureSchema: true }).init();
+      await newStore(admin, place).init(); // the shape check passes now
+    });
+
+    it('counts answer and state together against maxPayloadBytes; a resumption clears both and keeps the continuation', async () => {
+      const place = newPlace();
+      const store = newStore(admin, place, { ensureSchema: true, maxPayloadBytes: 1000 });
+      const lease = leaseOf(await store.tryAcquire(acquireRequest('s', 'k', { ttlMs: 60_000 })));
+      const suspension = {
+        continuation: 'c-1',
+        answer: Buffer.alloc(600, 1),
+        state: Buffer.alloc(401, 2),
+        holdMs: 10_000,
+      };
+
+      const tooLarge = await rejection(store.continuations.suspend(lease, suspension));
+      expect(tooLarge).toBeInstanceOf(IdempotencyPayloadError);
+      expect(tooLarge.message).toBe(
+        "the suspension's answer and state are 1001 bytes stored; the store accepts at most 1000",
+      );
+      // Refused before anything was written: the lease still holds the record.
+      expect(await store.extend(lease)).toBe(true);
+      const state = Buffer.alloc(400, 2);
+      await store.continuations.suspend(lease, { ...suspension, state });
+
+      const resumed = await store.continuations.resume({
+        scope: 's',
+        locator: recordLocator('s', 'k'),
+        continuation: 'c-1',
+        leaseMs: 10_000,
+        ttlMs: 60_000,
+      });
+      expect(resumed.kind).toBe('admitted');
+      expect(state.equals((resumed as { state: Buffer }).state)).toBe(true);
+      const [row] = (await admin.query(
+        `SELECT continuation, suspended_answer, suspended_state FROM ${place.sql}`,
+      )) as Array<Record<string, unknown>>;
+      expect(row).toEqual({ continuation: 'c-1', suspended_answer: null, suspended_state: null });
     });
   });
 

@@ -5,6 +5,6 @@ for (const preparedStatements of [true, false]) {
   describeIdempotencyStoreContract(
     `TypeOrmIdempotencyStore (PostgreSQL, preparedStatements: ${preparedStatements})`,
     () => postgresHarness('contract', { preparedStatements }),
-    { strictMode: true, steps: true },
+    { strictMode: true, steps: true, continuations: true },
   );
 }

@@ -6,6 +6,7 @@ import { checkAcquireRequest } from '../../core/store-input';
 import type {
   AcquireRequest,
   AcquireResult,
+  ContinuationSupport,
   IdempotencyRecordView,
   IdempotencyStore,
   Lease,
@@ -64,6 +65,12 @@ export class ReplayCachingStore implements IdempotencyStore {
   readonly strictMode?: StrictModeSupport;
   /** Passed through as it is: steps live only in records in flight, which are never cached. */
   readonly steps?: StepSupport;
+  /**
+   * Passed through as it is: a suspended record is in flight (only replays are
+   * cached, never a `suspended` answer), and the result its resumption
+   * completes is cached from its first replay.
+   */
+  readonly continuations?: ContinuationSupport;
   /** Passed through: a health check asks the store, never the cache. */
   readonly ping?: () => Promise<void>;
 
@@ -76,6 +83,7 @@ export class ReplayCachingStore implements IdempotencyStore {
     if (inner.transactional) this.transactional = inner.transactional;
     if (inner.strictMode) this.strictMode = inner.strictMode;
     if (inner.steps) this.steps = inner.steps;
+    if (inner.continuations) this.continuations = inner.continuations;
     if (inner.ping) this.ping = () => inner.ping!();
     this.cache = new LRUCache<string, CachedRecord>({
       max: options.maxEntries ?? 10_000,

@@ -1,4 +1,5 @@
 import {
+  mysqlContinuationsUpgrade,
   mysqlCurrentTableSql,
   mysqlStepsUpgrade,
   mysqlStrictModeUpgrade,
@@ -45,6 +46,7 @@ export async function migrateMysqlIdempotencyTable(
   for (const sql of mysqlCurrentTableSql(target)) await run(sql, []);
   await mysqlStrictModeUpgrade(run, target);
   await mysqlStepsUpgrade(run, target);
+  await mysqlContinuationsUpgrade(run, target);
 }
 
 /** One statement's rows (or OK packet), whichever API `db` speaks. */

@@ -8,7 +8,10 @@ import type {
   ListFilter,
   Resolution,
   ResolveResult,
+  ResumeRequest,
+  ResumeResult,
   StoredPayload,
+  Suspension,
 } from '../../core/store';
 import type { Observation } from '../../core/wait-loop';
 import type { WaiterRegistry } from '../../core/waiters';
@@ -76,6 +79,16 @@ export interface Dialect {
   stepRecord(lease: SqlLease, name: string, value: StoredPayload): Promise<boolean>;
   /** The steps of a record that is not COMPLETE, sorted by name. */
   stepList(record: RecordRef): Promise<RecordedStep[]>;
+  /**
+   * Continuations: IN_PROGRESS under `lease` → suspended, under `holdLeaseId`
+   * (which nobody holds) for the hold (false when not held). Wakes waiters.
+   */
+  suspend(lease: SqlLease, holdLeaseId: string, suspension: Suspension): Promise<boolean>;
+  /**
+   * Continuations: admits the resumption (the record at `lease.id` then held
+   * under `lease`), atomically, or says why not, changing nothing.
+   */
+  resume(request: ResumeRequest, lease: SqlLease): Promise<ResumeResult>;
   /** One bounded batch; how many rows it deleted. */
   purge(limit: number): Promise<number>;
   /** How many rows `purge` would delete now, at most `limit` (null: no bound), locking nothing. */
@@ -175,6 +188,24 @@ export function ambiguousLook(
       transitioned,
     },
   };
+}
+
+/**
+ * Why a resumption was not admitted, from the record with its continuation
+ * (none: `unknown`): still suspended but lapsed, `lapsed`; no longer suspended
+ * but resumed (IN_PROGRESS) or completed, `consumed`; otherwise (AMBIGUOUS)
+ * `unknown`. Still suspended and live: `retry`, the record was suspended only
+ * after the admission looked.
+ */
+export function resumeRefusal(
+  row: { state: string; suspended: boolean; lapsed: boolean } | undefined,
+): Exclude<ResumeResult['kind'], 'admitted'> | 'retry' {
+  if (!row) return 'unknown';
+  if (row.suspended) {
+    if (row.state !== 'IN_PROGRESS') return 'unknown';
+    return row.lapsed ? 'lapsed' : 'retry';
+  }
+  return row.state === 'IN_PROGRESS' || row.state === 'COMPLETE' ? 'consumed' : 'unknown';
 }
 
 /**

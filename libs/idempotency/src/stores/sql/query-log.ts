@@ -40,3 +40,6 @@ export function loggedScope(stored: string): string {
   const at = stored.indexOf(TENANT_MARK);
   return at < 0 ? stored : `${stored.slice(0, at)}${TENANT_MARK}<redacted>`;
 }
+
+/** What logs show for a continuation id: whoever holds it may resume the record. */
+export const HIDDEN_CONTINUATION = '<continuation>';

@@ -1,5 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { IdempotencyLeaseLostError, IdempotencyStoreSchemaError } from '../../core/errors';
+import {
+  IdempotencyLeaseLostError,
+  IdempotencyPayloadError,
+  IdempotencyStoreSchemaError,
+} from '../../core/errors';
 import { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from '../../core/byte-probe';
 import { storedKeyDigest } from '../../core/key';
 import { IdempotencyLogger } from '../../core/logger';
@@ -12,12 +16,15 @@ import {
   checkPurgeOptions,
   checkRecordId,
   checkResolution,
+  checkResumeRequest,
   checkStepName,
+  checkSuspension,
 } from '../../core/store-input';
 import {
   AcquireRequest,
   AcquireResult,
   AmbiguityReason,
+  ContinuationSupport,
   DEFAULT_MAX_WAITERS,
   DEFAULT_PURGE_BATCH,
   IdempotencyRecordView,
@@ -261,7 +268,7 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
       checkStepName(name, 'steps.begin');
       await this.init();
       const value = await this.dialect.stepBegin(lease as SqlLease, name);
-      if (value === undefined) throw stepLeaseLost('steps.begin');
+      if (value === undefined) throw leaseLost('steps.begin');
       return value;
     },
     record: async (lease, name, value) => {
@@ -271,13 +278,47 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
       assertPayloadSize(value, this.maxPayloadBytes);
       await this.init();
       if (!(await this.dialect.stepRecord(lease as SqlLease, name, value))) {
-        throw stepLeaseLost('steps.record');
+        throw leaseLost('steps.record');
       }
     },
     list: async (id) => {
       checkRecordId(id, 'steps.list');
       await this.init();
       return this.dialect.stepList(recordRef(id.scope, id.key));
+    },
+  };
+
+  /**
+   * Continuations: the suspension in three columns of the record (continuation,
+   * answer, state), its hold the record's lease under a lease id nobody holds.
+   */
+  readonly continuations: ContinuationSupport = {
+    suspend: async (lease, suspension) => {
+      checkLease(lease, 'continuations.suspend');
+      checkSuspension(suspension);
+      // Answer and state are kept together: together they count against the limit.
+      const size = suspension.answer.length + suspension.state.length;
+      if (size > this.maxPayloadBytes) {
+        throw new IdempotencyPayloadError(
+          `the suspension's answer and state are ${size} bytes stored; the store accepts at most ${this.maxPayloadBytes}`,
+        );
+      }
+      await this.init();
+      if (!(await this.dialect.suspend(lease as SqlLease, randomUUID(), suspension))) {
+        throw leaseLost('continuations.suspend');
+      }
+    },
+    resume: async (request) => {
+      checkResumeRequest(request);
+      await this.init();
+      const lease: SqlLease = {
+        id: Buffer.from(request.locator, 'hex'),
+        idHex: request.locator,
+        leaseId: randomUUID(),
+        leaseMs: request.leaseMs,
+        ttlMs: request.ttlMs,
+      };
+      return this.dialect.resume(request, lease);
     },
   };
 
@@ -438,7 +479,7 @@ function recordRef(scope: string, key: string): RecordRef {
   return new Ref(scope, key);
 }
 
-function stepLeaseLost(operation: string): IdempotencyLeaseLostError {
+function leaseLost(operation: string): IdempotencyLeaseLostError {
   return new IdempotencyLeaseLostError(
     `${operation} refused: the record is no longer held under this lease`,
   );

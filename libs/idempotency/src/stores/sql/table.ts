@@ -23,6 +23,13 @@ export const STEPS_MIGRATION = 'AddIdempotencySteps1764806400000';
 export const PREDATES_STEPS =
   '; it predates recorded steps: run the migration AddIdempotencySteps1764806400000 (createIdempotencyMigrations() includes it)';
 
+/** The migration that adds continuations' columns (./migration.ts), named by the schema checks. */
+export const CONTINUATIONS_MIGRATION = 'AddIdempotencyContinuations1764892800000';
+
+/** Ends the schema check's message for a table from before continuations. */
+export const PREDATES_CONTINUATIONS =
+  '; it predates continuations: run the migration AddIdempotencyContinuations1764892800000 (createIdempotencyMigrations() includes it)';
+
 export function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }

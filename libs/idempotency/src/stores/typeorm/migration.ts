@@ -1,18 +1,26 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import {
+  mysqlContinuationsUpgrade,
   mysqlCreateTableSql,
   mysqlDropTableSql,
   mysqlStepsUpgrade,
   mysqlStrictModeUpgrade,
 } from '../sql/mysql/schema';
 import {
+  continuationsTableSql,
   createTableSql,
   dropTableSql,
   stepsTableSql,
   strictModeTableSql,
   upgradeTableSql,
 } from '../sql/postgres/schema';
-import { DEFAULT_TABLE, STEPS_MIGRATION, STRICT_MODE_MIGRATION, TableName } from '../sql/table';
+import {
+  CONTINUATIONS_MIGRATION,
+  DEFAULT_TABLE,
+  STEPS_MIGRATION,
+  STRICT_MODE_MIGRATION,
+  TableName,
+} from '../sql/table';
 
 type MigrationClass = new () => MigrationInterface;
 
@@ -43,7 +51,8 @@ function dialectOf(queryRunner: QueryRunner): 'postgres' | 'mysql' {
  * The third (strict mode) lets a record be AMBIGUOUS: a wider state CHECK and
  * four nullable columns, added in place with every record kept, on every
  * database. The store checks for them at startup, so run it before deploying
- * a release that has it.
+ * a release that has it. The fourth (recorded steps) and the fifth
+ * (continuations) add nullable columns only, as the store also checks.
  */
 export function createIdempotencyMigrations(name: Partial<TableName> = {}): MigrationClass[] {
   const target = { ...DEFAULT_TABLE, ...name };
@@ -123,6 +132,27 @@ export function createIdempotencyMigrations(name: Partial<TableName> = {}): Migr
         // Going back would drop recorded steps, and a takeover would run them again.
         throw new Error(
           `${STEPS_MIGRATION} cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead`,
+        );
+      }
+    },
+    class AddIdempotencyContinuations1764892800000 implements MigrationInterface {
+      name = CONTINUATIONS_MIGRATION;
+
+      async up(queryRunner: QueryRunner): Promise<void> {
+        if (dialectOf(queryRunner) === 'mysql') {
+          await mysqlContinuationsUpgrade(
+            (sql, params) => queryRunner.query(sql, params),
+            mysqlTarget,
+          );
+          return;
+        }
+        for (const sql of continuationsTableSql(target)) await queryRunner.query(sql);
+      }
+
+      async down(): Promise<void> {
+        // Going back would drop suspended records' answers and states: their resumptions would be lost.
+        throw new Error(
+          `${CONTINUATIONS_MIGRATION} cannot be reverted: suspended records would lose their answer and state, and their resumptions could not be admitted; restore a backup instead`,
         );
       }
     },

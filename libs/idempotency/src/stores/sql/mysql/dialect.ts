@@ -8,7 +8,10 @@ import type {
   RecordState,
   Resolution,
   ResolveResult,
+  ResumeRequest,
+  ResumeResult,
   StoredPayload,
+  Suspension,
 } from '../../../core/store';
 import type {
   AcquireAttempt,
@@ -32,10 +35,12 @@ import {
   MYSQL_PRIMARY_KEY_QUERY,
   MysqlColumnRow,
   mysqlCreateDatabaseSql,
+  mysqlContinuationsUpgrade,
   mysqlCurrentTableSql,
   mysqlStepsUpgrade,
   mysqlStrictModeUpgrade,
 } from './schema';
+import { MysqlContinuations } from './continuations';
 import { bind, Statement } from './sql';
 import { buildMysqlStatements, MysqlStatements } from './statements';
 import { isLockConflict } from './unavailable';
@@ -60,6 +65,9 @@ interface PeekRow {
   completed_at_us: Numeric;
   lease_left_us: Numeric;
   expires_left_us: Numeric;
+  /** A suspended record's answer and continuation; null otherwise. */
+  suspended_answer: Buffer | null;
+  continuation: string | null;
 }
 
 /** What the acquiring statements read (RETURNING, or the read back after them). */
@@ -106,6 +114,7 @@ interface ViewRow {
   ambiguous_reason: AmbiguityReason | null;
   resolved_by: string | null;
   resolved_at_us: Numeric;
+  suspended_until_us: Numeric;
 }
 
 interface ServerRow {
@@ -141,6 +150,7 @@ export class MysqlDialect implements Dialect {
   private readonly order = new AcquireOrder();
   /** Every statement's bound (`operationTimeoutMs`), one timer between them. */
   private readonly deadlines: Deadlines;
+  private readonly continuations: MysqlContinuations;
 
   /**
    * `type`: `mariadb` lets acquisitions use RETURNING when the server is
@@ -158,6 +168,11 @@ export class MysqlDialect implements Dialect {
     this.database = context.schema ?? database ?? undefined;
     this.crossInstancePollMs = crossInstancePollMs;
     this.deadlines = new Deadlines(context.timeoutMs);
+    this.continuations = new MysqlContinuations(
+      (operation, statement, values, logged) => this.query(operation, statement, values, logged),
+      () => this.sql,
+      context.waiters,
+    );
   }
 
   get product(): string {
@@ -204,6 +219,10 @@ export class MysqlDialect implements Dialect {
         name,
       );
       await mysqlStepsUpgrade(
+        (text, params) => this.query('ensureSchema', plain(text), params),
+        name,
+      );
+      await mysqlContinuationsUpgrade(
         (text, params) => this.query('ensureSchema', plain(text), params),
         name,
       );
@@ -482,6 +501,14 @@ export class MysqlDialect implements Dialect {
     return stepsOfColumn(rows[0]?.steps);
   }
 
+  suspend(lease: SqlLease, holdLeaseId: string, suspension: Suspension): Promise<boolean> {
+    return this.continuations.suspend(lease, holdLeaseId, suspension);
+  }
+
+  resume(request: ResumeRequest, lease: SqlLease): Promise<ResumeResult> {
+    return this.continuations.resume(request, lease);
+  }
+
   async markAmbiguous(lease: SqlLease, reason: AmbiguityReason): Promise<boolean> {
     const { id, idHex, leaseId } = lease;
     const ok = await this.query<MysqlOk>(
@@ -678,6 +705,8 @@ function toView(row: ViewRow): IdempotencyRecordView {
     view.resolvedBy = row.resolved_by;
     view.resolvedAt = dateOf(row.resolved_at_us)!;
   }
+  const suspendedUntil = dateOf(row.suspended_until_us);
+  if (suspendedUntil) view.suspendedUntil = suspendedUntil;
   return view;
 }
 
@@ -713,6 +742,10 @@ function liveRecord(
       expiresLeftMs,
       payload: row.payload,
       completedAt: dateOf(row.completed_at_us),
+      suspension:
+        row.state === 'IN_PROGRESS' && row.suspended_answer !== null
+          ? { answer: row.suspended_answer, continuation: row.continuation! }
+          : null,
     },
   };
 }

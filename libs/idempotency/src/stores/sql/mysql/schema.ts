@@ -1,5 +1,10 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { DEFAULT_TABLE, PREDATES_STEPS, PREDATES_STRICT_MODE } from '../table';
+import {
+  DEFAULT_TABLE,
+  PREDATES_CONTINUATIONS,
+  PREDATES_STEPS,
+  PREDATES_STRICT_MODE,
+} from '../table';
 import { MysqlTableName, mysqlQualified, quoteMysqlIdent } from './sql';
 
 /**
@@ -45,9 +50,20 @@ const STEPS_COLUMNS: Array<[string, string]> = [
   ['steps', 'LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL'],
 ];
 
+/**
+ * Continuations: the continuation id (kept after its resumption, so a second
+ * one is told `consumed`), and while suspended the answer duplicates get and
+ * the state the resumption gets, as bytes (like the payload).
+ */
+const CONTINUATION_COLUMNS: Array<[string, string]> = [
+  ['continuation', 'VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL'],
+  ['suspended_answer', 'LONGBLOB NULL'],
+  ['suspended_state', 'LONGBLOB NULL'],
+];
+
 function createTable(name: MysqlTableName, strict: boolean): string {
   const strictColumns = strict
-    ? [...STRICT_MODE_COLUMNS, ...STEPS_COLUMNS]
+    ? [...STRICT_MODE_COLUMNS, ...STEPS_COLUMNS, ...CONTINUATION_COLUMNS]
         .map(([column, type]) => `\n      ${column} ${type},`)
         .join('')
     : '';
@@ -77,7 +93,21 @@ export function mysqlCurrentTableSql(name: MysqlTableName): string[] {
 export type MysqlRun = (sql: string, params: unknown[]) => Promise<unknown>;
 
 /** Adds recorded steps' column to a table an older release made (idempotent: reads the catalog first). */
-export async function mysqlStepsUpgrade(run: MysqlRun, name: MysqlTableName): Promise<void> {
+export function mysqlStepsUpgrade(run: MysqlRun, name: MysqlTableName): Promise<void> {
+  return addMissingColumns(run, name, STEPS_COLUMNS);
+}
+
+/** Adds continuations' columns to a table an older release made (idempotent: reads the catalog first). */
+export function mysqlContinuationsUpgrade(run: MysqlRun, name: MysqlTableName): Promise<void> {
+  return addMissingColumns(run, name, CONTINUATION_COLUMNS);
+}
+
+/** Adds those of `columns` the table lacks, in one ALTER (nullable columns: in place, no copy). */
+async function addMissingColumns(
+  run: MysqlRun,
+  name: MysqlTableName,
+  columns: Array<[string, string]>,
+): Promise<void> {
   const rows = (await run(
     `SELECT COLUMN_NAME AS column_name FROM information_schema.COLUMNS
      WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?`,
@@ -85,7 +115,7 @@ export async function mysqlStepsUpgrade(run: MysqlRun, name: MysqlTableName): Pr
   )) as Array<{ column_name: string }>;
   const present = new Set(rows.map((row) => row.column_name.toLowerCase()));
   if (present.size === 0) throw new Error(`table ${mysqlQualified(name)} does not exist`);
-  const missing = STEPS_COLUMNS.filter(([column]) => !present.has(column));
+  const missing = columns.filter(([column]) => !present.has(column));
   if (missing.length === 0) return;
   await run(
     `ALTER TABLE ${mysqlQualified(name)} ${missing.map(([column, type]) => `ADD COLUMN ${column} ${type}`).join(', ')}`,
@@ -225,6 +255,9 @@ export const MYSQL_EXPECTED_COLUMNS: Record<string, ExpectedColumn> = {
   resolved_by: { type: 'text', ...BYTEWISE_UTF8 },
   resolved_at: { type: 'datetime(6)' },
   steps: { type: 'longtext', ...BYTEWISE_UTF8 },
+  continuation: { type: 'varchar(64)', ...BYTEWISE },
+  suspended_answer: { type: 'longblob' },
+  suspended_state: { type: 'longblob' },
 };
 
 export interface MysqlColumnRow {
@@ -279,10 +312,21 @@ export function assertMysqlTableShape(
   }
   if (problems.length > 0) {
     const beforeStrict = STRICT_MODE_COLUMNS.every(([column]) => !actual.has(column));
-    const beforeSteps = !beforeStrict && problems.length === 1 && !actual.has('steps');
+    // Only columns of later migrations are missing: the first of those names its migration.
+    const later = [...STEPS_COLUMNS, ...CONTINUATION_COLUMNS].filter(([c]) => !actual.has(c));
+    const onlyLater = !beforeStrict && problems.length === later.length;
+    const beforeSteps = onlyLater && !actual.has('steps');
+    const beforeContinuations =
+      onlyLater && !beforeSteps && CONTINUATION_COLUMNS.every(([c]) => !actual.has(c));
     throw new IdempotencyStoreSchemaError(
       `table ${where} has the wrong shape: ${problems.join('; ')}` +
-        (beforeStrict ? PREDATES_STRICT_MODE : beforeSteps ? PREDATES_STEPS : ''),
+        (beforeStrict
+          ? PREDATES_STRICT_MODE
+          : beforeSteps
+            ? PREDATES_STEPS
+            : beforeContinuations
+              ? PREDATES_CONTINUATIONS
+              : ''),
     );
   }
 }

@@ -80,6 +80,12 @@ export interface MysqlStatements {
   list: Statement;
   /** The current lease of the records duplicates wait on (./wake-poller.ts); `{ids}` is a list. */
   poll: Statement;
+  /** Continuations (./continuations.ts): suspend (fenced), admit a resumption, then read and clear its state (fenced by the new lease), or read why not. */
+  suspend: Statement;
+  resume: Statement;
+  resumedRead: Statement;
+  resumedClear: Statement;
+  resumeRefusal: Statement;
 }
 
 /**
@@ -98,12 +104,16 @@ const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW}) OR (s
 /** ../../../core/decide.ts isPurgeable: COMPLETE past its TTL; IN_PROGRESS past its TTL and its lease; AMBIGUOUS never. */
 const PURGEABLE = `(expires_at <= ${NOW} AND (state = 'COMPLETE' OR (state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW})))`;
 
+/** A suspended record's answer and continuation (both null otherwise): duplicates are answered with them. */
+const SUSPENSION_COLUMNS = `suspended_answer,
+  CASE WHEN suspended_answer IS NOT NULL THEN continuation END AS continuation`;
+
 /** What a look reads: whether this caller holds the record, and what a waiter or a replay needs. */
 const LOOK_COLUMNS = `(lease_id <=> {lease}) AS mine, state, fingerprint, lease_id,
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
   ${epochMicros('completed_at')} AS completed_at_us,
   ${microsLeft('lease_expires_at')} AS lease_left_us,
-  ${microsLeft('expires_at')} AS expires_left_us`;
+  ${microsLeft('expires_at')} AS expires_left_us, ${SUSPENSION_COLUMNS}`;
 
 /**
  * What the peek reads: a replay's answer, or a live record's lease. Whether the
@@ -116,7 +126,7 @@ const LOOK_COLUMNS = `(lease_id <=> {lease}) AS mine, state, fingerprint, lease_
 const PEEK_COLUMNS = `state, fingerprint, lease_id, payload,
   ${epochMicros('completed_at')} AS completed_at_us,
   ${microsLeft('lease_expires_at')} AS lease_left_us,
-  ${microsLeft('expires_at')} AS expires_left_us`;
+  ${microsLeft('expires_at')} AS expires_left_us, ${SUSPENSION_COLUMNS}`;
 
 /** What a strict look reads besides: an AMBIGUOUS record's since and why. */
 const AMBIGUOUS_COLUMNS = `${epochMicros('ambiguous_since')} AS ambiguous_since_us, ambiguous_reason`;
@@ -128,7 +138,9 @@ const VIEW_COLUMNS = `scope, \`key\`, state, fingerprint, ${AMBIGUOUS_COLUMNS},
   ${epochMicros('expires_at')} AS expires_at_us,
   ${epochMicros('created_at')} AS created_at_us,
   ${epochMicros('completed_at')} AS completed_at_us,
-  (state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW}) AS lease_expired`;
+  (state = 'IN_PROGRESS' AND lease_expires_at <= ${NOW}) AS lease_expired,
+  CASE WHEN state = 'IN_PROGRESS' AND suspended_answer IS NOT NULL
+    THEN ${epochMicros('lease_expires_at')} END AS suspended_until_us`;
 
 export function buildMysqlStatements(
   name: MysqlTableName,
@@ -159,6 +171,9 @@ export function buildMysqlStatements(
       fingerprint = IF(${stolen}, {fingerprint}, fingerprint),
       payload = IF(${stolen}, NULL, payload),
       steps = IF(${stolen} AND completed_at IS NOT NULL, NULL, steps),
+      continuation = IF(${stolen}, NULL, continuation),
+      suspended_answer = IF(${stolen}, NULL, suspended_answer),
+      suspended_state = IF(${stolen}, NULL, suspended_state),
       created_at = IF(${stolen}, ${NOW}, created_at),
       completed_at = IF(${stolen}, NULL, completed_at),
       resolved_by = IF(${stolen}, NULL, resolved_by),
@@ -183,6 +198,9 @@ export function buildMysqlStatements(
       fingerprint = IF(${took}, {fingerprint}, fingerprint),
       payload = IF(${took}, NULL, payload),
       steps = IF(${took}, NULL, steps),
+      continuation = IF(${mine}, NULL, continuation),
+      suspended_answer = IF(${mine}, NULL, suspended_answer),
+      suspended_state = IF(${mine}, NULL, suspended_state),
       created_at = IF(${took}, ${NOW}, created_at),
       completed_at = IF(${took}, NULL, completed_at),
       resolved_by = IF(${took}, NULL, resolved_by),
@@ -287,5 +305,38 @@ export function buildMysqlStatements(
       LIMIT {limit}`,
     ),
     poll: statement(`SELECT id, lease_id FROM ${t} WHERE id IN ({ids})`),
+    // Fenced as complete is. The hold is a lease nobody holds ({hold}): the suspender's
+    // is fenced out, and other instances' waiters see the lease change at their poll.
+    suspend: statement(
+      `UPDATE ${t} SET lease_id = {hold}, lease_expires_at = ${nowPlusMs('holdMs')},
+        continuation = {continuation}, suspended_answer = {answer}, suspended_state = {state}
+      WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    // The admission: one UPDATE, its test evaluated on the row's newest version under
+    // the row lock, so of concurrent resumptions exactly one finds the answer there.
+    resume: statement(
+      `UPDATE ${t} SET lease_id = {lease}, lease_expires_at = ${nowPlusMs('leaseMs')},
+        expires_at = ${nowPlusMs('ttlMs')}, suspended_answer = NULL
+      WHERE id = {id} AND scope = {scope} AND ${exactly('scope', '{scope}')}
+        AND state = 'IN_PROGRESS' AND continuation = {continuation}
+        AND suspended_answer IS NOT NULL AND lease_expires_at > ${NOW}`,
+      true,
+    ),
+    resumedRead: statement(
+      `SELECT scope, \`key\`, suspended_state FROM ${t}
+      WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    resumedClear: statement(
+      `UPDATE ${t} SET suspended_state = NULL
+      WHERE id = {id} AND lease_id = {lease} AND state = 'IN_PROGRESS'`,
+      true,
+    ),
+    resumeRefusal: statement(
+      `SELECT state, suspended_answer IS NOT NULL AS suspended, lease_expires_at <= ${NOW} AS lapsed
+      FROM ${t} WHERE id = {id} AND scope = {scope} AND ${exactly('scope', '{scope}')}
+        AND continuation = {continuation}`,
+    ),
   };
 }

@@ -9,7 +9,10 @@ import type {
   RecordState,
   Resolution,
   ResolveResult,
+  ResumeRequest,
+  ResumeResult,
   StoredPayload,
+  Suspension,
 } from '../../../core/store';
 import type {
   AcquireAttempt,
@@ -20,10 +23,10 @@ import type {
   SqlLease,
   SqlTransaction,
 } from '../dialect';
-import { ambiguousLook, stepsOfColumn } from '../dialect';
+import { ambiguousLook, resumeRefusal, stepsOfColumn } from '../dialect';
 import { Deadlines } from '../bounded-query';
 import { AcquireOrder } from '../acquire-order';
-import { loggedScope } from '../query-log';
+import { HIDDEN_CONTINUATION, loggedScope } from '../query-log';
 import { channelFor, DEFAULT_TABLE, TableName } from '../table';
 import { PgNotificationListener } from './listener';
 import type { PgConnection } from './pool';
@@ -42,6 +45,9 @@ interface PeekRow {
   /** Null for a COMPLETE record (it has no lease). */
   lease_left_ms: number | null;
   expires_left_ms: number;
+  /** A suspended record's answer and continuation; null otherwise. */
+  suspended_answer: Buffer | null;
+  continuation: string | null;
 }
 
 const CHANGED: LookResult = { kind: 'changed' };
@@ -61,6 +67,7 @@ interface ViewRow {
   ambiguous_reason: AmbiguityReason | null;
   resolved_by: string | null;
   resolved_at: Date | null;
+  suspended_until: Date | null;
 }
 
 /** What the strict statements read of an AMBIGUOUS record. */
@@ -295,9 +302,16 @@ export class PostgresDialect implements Dialect {
           );
           return rowCount === 1 ? stolen : CHANGED;
         }
+        // A suspended record (its hold runs: a lapsed one was stolen or moved above)
+        // is answered at once: nothing to wait for.
+        const suspension =
+          row.suspended_answer !== null
+            ? { answer: row.suspended_answer, continuation: row.continuation! }
+            : null;
         if (
           watch &&
           row.state === 'IN_PROGRESS' &&
+          !suspension &&
           !row.watched &&
           // A mismatch is refused at once: nothing to wait for, so nothing to mark.
           !fingerprintsConflict(fingerprint, row.fingerprint)
@@ -319,6 +333,7 @@ export class PostgresDialect implements Dialect {
             expiresLeftMs,
             payload: row.payload,
             completedAt: row.completed_at,
+            suspension,
           },
         };
       },
@@ -411,6 +426,64 @@ export class PostgresDialect implements Dialect {
       () => [record.idHex],
     );
     return stepsOfColumn(rows[0]?.steps);
+  }
+
+  async suspend(lease: SqlLease, holdLeaseId: string, suspension: Suspension): Promise<boolean> {
+    const { id, idHex, leaseId } = lease;
+    const { continuation, answer, state, holdMs } = suspension;
+    const { rows } = await this.query<{ watched: boolean }>(
+      'continuations.suspend',
+      this.sql.suspend,
+      [id, leaseId, holdLeaseId, holdMs, continuation, answer, state],
+      () => [
+        idHex,
+        leaseId,
+        holdLeaseId,
+        holdMs,
+        HIDDEN_CONTINUATION,
+        `<${answer.length} bytes>`,
+        `<${state.length} bytes>`,
+      ],
+    );
+    if (rows.length === 0) return false;
+    // Its waiters look again and are answered `suspended`.
+    if (rows[0].watched) await this.notify(idHex, 'suspension');
+    else this.context.waiters.notify(idHex);
+    return true;
+  }
+
+  async resume(request: ResumeRequest, lease: SqlLease): Promise<ResumeResult> {
+    const { id, idHex, leaseId, leaseMs, ttlMs } = lease;
+    const { scope, continuation } = request;
+    for (;;) {
+      const {
+        rows: [admitted],
+      } = await this.query<{ scope: string; key: string; state: Buffer }>(
+        'continuations.resume',
+        this.sql.resume,
+        [id, scope, continuation, leaseId, leaseMs, ttlMs],
+        () => [idHex, loggedScope(scope), HIDDEN_CONTINUATION, leaseId, leaseMs, ttlMs],
+      );
+      if (admitted) {
+        return {
+          kind: 'admitted',
+          lease,
+          id: { scope: admitted.scope, key: admitted.key },
+          state: admitted.state,
+        };
+      }
+      const {
+        rows: [found],
+      } = await this.query<{ state: RecordState; suspended: boolean; lapsed: boolean }>(
+        'continuations.resume',
+        this.sql.resumeRefusal,
+        [id, scope, continuation],
+        () => [idHex, loggedScope(scope), HIDDEN_CONTINUATION],
+      );
+      const refusal = resumeRefusal(found);
+      // Suspended only since the admission looked: admit it now.
+      if (refusal !== 'retry') return { kind: refusal };
+    }
   }
 
   async resolve(record: RecordRef, resolution: Resolution): Promise<ResolveResult> {
@@ -575,6 +648,7 @@ function toView(row: ViewRow): IdempotencyRecordView {
     view.resolvedBy = row.resolved_by;
     view.resolvedAt = row.resolved_at!;
   }
+  if (row.suspended_until !== null) view.suspendedUntil = row.suspended_until;
   return view;
 }
 

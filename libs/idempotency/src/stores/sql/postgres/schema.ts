@@ -1,5 +1,12 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
-import { qualified, quoteIdent, PREDATES_STEPS, PREDATES_STRICT_MODE, TableName } from '../table';
+import {
+  qualified,
+  quoteIdent,
+  PREDATES_CONTINUATIONS,
+  PREDATES_STEPS,
+  PREDATES_STRICT_MODE,
+  TableName,
+} from '../table';
 
 /**
  * The records table and how it got its shape. Each step is idempotent, so the
@@ -9,7 +16,9 @@ import { qualified, quoteIdent, PREDATES_STEPS, PREDATES_STRICT_MODE, TableName 
  * 2. (0.2) payload as bytea, holding the encoded bytes a replay hands back
  *    unchanged (0.1's jsonb kept as its text, which the payload codec reads),
  *    and `watched`, set by the first waiter so that only watched records notify;
- * 3. (0.2, strict mode) the AMBIGUOUS state and its columns (`strictModeTableSql`).
+ * 3. (0.2, strict mode) the AMBIGUOUS state and its columns (`strictModeTableSql`);
+ * 4. recorded steps' column (`stepsTableSql`);
+ * 5. continuations' columns (`continuationsTableSql`).
  */
 export function createTableSql(name: TableName): string[] {
   const table = qualified(name);
@@ -103,6 +112,21 @@ export function stepsTableSql(name: TableName): string[] {
   return [`ALTER TABLE ${qualified(name)} ADD COLUMN IF NOT EXISTS steps jsonb`];
 }
 
+/**
+ * Step 5, continuations (`ctx.suspend`): the continuation id (kept after its
+ * resumption, so a second one is told `consumed`), and while the record is
+ * suspended the answer its duplicates get and the state its resumption gets.
+ * Nullable, no default: a catalog change only.
+ */
+export function continuationsTableSql(name: TableName): string[] {
+  return [
+    `ALTER TABLE ${qualified(name)}
+      ADD COLUMN IF NOT EXISTS continuation varchar(64),
+      ADD COLUMN IF NOT EXISTS suspended_answer bytea,
+      ADD COLUMN IF NOT EXISTS suspended_state bytea`,
+  ];
+}
+
 /** Every step, in order: a fresh table, or an older one brought up to date. */
 export function schemaSql(name: TableName): string[] {
   return [
@@ -110,6 +134,7 @@ export function schemaSql(name: TableName): string[] {
     ...upgradeTableSql(name),
     ...strictModeTableSql(name),
     ...stepsTableSql(name),
+    ...continuationsTableSql(name),
   ];
 }
 
@@ -136,7 +161,13 @@ export const EXPECTED_COLUMNS: Record<string, string> = {
   resolved_by: 'text',
   resolved_at: 'timestamp with time zone',
   steps: 'jsonb',
+  continuation: 'character varying',
+  suspended_answer: 'bytea',
+  suspended_state: 'bytea',
 };
+
+/** The columns step 5 adds: a table missing only these predates continuations. */
+const CONTINUATION_COLUMNS = ['continuation', 'suspended_answer', 'suspended_state'];
 
 /** The columns step 3 adds: a table missing only these predates strict mode. */
 export const STRICT_MODE_COLUMNS = [
@@ -187,7 +218,12 @@ export function assertTableShape(
   if (problems.length > 0) {
     const outdated = actual.get('payload') === 'jsonb' || !actual.has('watched');
     const beforeStrict = !outdated && STRICT_MODE_COLUMNS.every((c) => !actual.has(c));
-    const beforeSteps = !outdated && !beforeStrict && problems.length === 1 && !actual.has('steps');
+    // Only columns of later steps are missing: the first of those steps names its migration.
+    const later = ['steps', ...CONTINUATION_COLUMNS].filter((c) => !actual.has(c));
+    const onlyLater = !outdated && !beforeStrict && problems.length === later.length;
+    const beforeSteps = onlyLater && !actual.has('steps');
+    const beforeContinuations =
+      onlyLater && !beforeSteps && CONTINUATION_COLUMNS.every((c) => !actual.has(c));
     throw new IdempotencyStoreSchemaError(
       `table ${where} has the wrong shape: ${problems.join('; ')}` +
         (outdated
@@ -196,7 +232,9 @@ export function assertTableShape(
             ? PREDATES_STRICT_MODE
             : beforeSteps
               ? PREDATES_STEPS
-              : ''),
+              : beforeContinuations
+                ? PREDATES_CONTINUATIONS
+                : ''),
     );
   }
 }

@@ -60,6 +60,18 @@ export interface Statements {
   stepRecord: string;
   /** $1 id. The steps (jsonb) of a record that is not COMPLETE, or no row. */
   stepList: string;
+  /**
+   * $1 id, $2 lease id, $3 the hold's lease id (fresh, held by nobody), $4 hold ms,
+   * $5 continuation, $6 answer, $7 state. Returns `watched` of the suspended row, or no row.
+   */
+  suspend: string;
+  /**
+   * $1 id, $2 scope, $3 continuation, $4 new lease id, $5 lease ms, $6 ttl ms. Admits the
+   * resumption of a suspended record whose hold runs; returns its scope, key and state, or no row.
+   */
+  resume: string;
+  /** $1 id, $2 scope, $3 continuation. Why `resume` admitted nothing: the record with that continuation, or no row. */
+  resumeRefusal: string;
 }
 
 /**
@@ -82,12 +94,18 @@ export const HOT_STATEMENTS = [
   'extend',
   'stepBegin',
   'stepRecord',
+  'suspend',
+  'resume',
 ] as const;
+
+/** While a record is suspended, its hold's end (its lease's expiry); null otherwise. */
+const SUSPENDED = `CASE WHEN state = 'IN_PROGRESS' AND suspended_answer IS NOT NULL THEN lease_expires_at END`;
 
 const VIEW_COLUMNS = `scope, "key", state, lease_expires_at, expires_at, created_at, completed_at, fingerprint,
   CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
   (state = 'IN_PROGRESS' AND lease_expires_at <= now()) AS lease_expired,
-  ambiguous_since, ambiguous_reason, resolved_by, resolved_at`;
+  ambiguous_since, ambiguous_reason, resolved_by, resolved_at,
+  ${SUSPENDED} AS suspended_until`;
 
 /** ../../../core/decide.ts isStealable, in SQL. An AMBIGUOUS record never is. */
 const STEALABLE = `((state = 'IN_PROGRESS' AND lease_expires_at <= now()) OR (state = 'COMPLETE' AND expires_at <= now()))`;
@@ -108,13 +126,15 @@ export function buildStatements(name: TableName): Statements {
   const takeOver = `state = 'IN_PROGRESS', lease_id = $2, lease_expires_at = now() + ${ms('$3')},
         expires_at = now() + ${ms('$4')}, fingerprint = $5, payload = NULL, created_at = now(),
         completed_at = NULL, watched = false, resolved_by = NULL, resolved_at = NULL,
-        steps = CASE WHEN state = 'IN_PROGRESS' THEN steps END`;
+        steps = CASE WHEN state = 'IN_PROGRESS' THEN steps END,
+        continuation = NULL, suspended_answer = NULL, suspended_state = NULL`;
   return {
     // The record as it is, with its times relative to the server's clock; the
     // dialect decides (replay, refuse, wait, steal) from this one read.
     peek: `
       SELECT state, fingerprint, lease_id, watched, completed_at,
         CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
+        suspended_answer, CASE WHEN suspended_answer IS NOT NULL THEN continuation END AS continuation,
         ${leftMs('lease_expires_at')} AS lease_left_ms, ${leftMs('expires_at')} AS expires_left_ms
       FROM ${t} WHERE id = $1`,
     insert: `
@@ -132,10 +152,12 @@ export function buildStatements(name: TableName): Statements {
     // under the row lock like `steal`, so of many contenders exactly one moves
     // it (the others update nothing, look again and find it AMBIGUOUS). No
     // lease, and no expiry either: purge passes it by, and only a resolution
-    // ends it. `watched` (kept) says whether a waiter is to be told.
+    // ends it. `watched` (kept) says whether a waiter is to be told. A lapsed
+    // suspension goes with the lease: no resumption is ever admitted.
     toAmbiguous: `
       UPDATE ${t} SET state = 'AMBIGUOUS', lease_id = NULL, lease_expires_at = NULL,
-        ambiguous_since = now(), ambiguous_reason = 'lease-expired'
+        ambiguous_since = now(), ambiguous_reason = 'lease-expired',
+        continuation = NULL, suspended_answer = NULL, suspended_state = NULL
       WHERE id = $1 AND state = 'IN_PROGRESS' AND lease_expires_at <= now()
       RETURNING fingerprint, ambiguous_since, watched`,
     ambiguousPeek: `
@@ -224,5 +246,30 @@ export function buildStatements(name: TableName): Statements {
       UPDATE ${t} SET steps = coalesce(steps, '{}'::jsonb) || jsonb_build_object($3::text, $4::text)
       WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'`,
     stepList: `SELECT steps FROM ${t} WHERE id = $1 AND state <> 'COMPLETE'`,
+    // Fenced as `complete` is. The hold is a lease nobody holds: the suspender's is
+    // fenced out, nothing extends it, and once it lapses the record is an expired lease.
+    suspend: `
+      UPDATE ${t} SET lease_id = $3, lease_expires_at = now() + ${ms('$4')},
+        continuation = $5, suspended_answer = $6, suspended_state = $7
+      WHERE id = $1 AND lease_id = $2 AND state = 'IN_PROGRESS'
+      RETURNING watched`,
+    // The test and the admission under one row lock: of concurrent resumptions the
+    // first takes it, and the others, rechecking on the row's newest version after
+    // waiting for the lock (READ COMMITTED), find the answer gone and admit nothing.
+    // The locked read hands back the state the update clears.
+    resume: `
+      WITH held AS (
+        SELECT id, suspended_state FROM ${t}
+        WHERE id = $1 AND scope = $2 AND state = 'IN_PROGRESS' AND continuation = $3
+          AND suspended_answer IS NOT NULL AND lease_expires_at > now()
+        FOR UPDATE
+      )
+      UPDATE ${t} AS r SET lease_id = $4, lease_expires_at = now() + ${ms('$5')},
+        expires_at = now() + ${ms('$6')}, suspended_answer = NULL, suspended_state = NULL
+      FROM held WHERE r.id = held.id
+      RETURNING r.scope, r."key", held.suspended_state AS state`,
+    resumeRefusal: `
+      SELECT state, suspended_answer IS NOT NULL AS suspended, lease_expires_at <= now() AS lapsed
+      FROM ${t} WHERE id = $1 AND scope = $2 AND continuation = $3`,
   };
 }
