@@ -172,16 +172,16 @@ export async function performCall<T>(
 }
 
 /** A resumption, once its own record (if it has a key) is held: see ./resumption.ts. */
-function resume<T>(
+async function resume<T>(
   runtime: EngineRuntime,
   policy: ExecutionPolicy,
   resumes: { scope: string; token: string | undefined },
   own: { execution: Execution; tenant: string | undefined } | undefined,
   work: CallWork<T>,
 ): Promise<CallOutcome<T>> {
-  return admitResumption(runtime, policy, resumes, own, (holding, context) =>
-    runAndComplete(runtime, policy, holding, context, work),
-  );
+  const admission = await admitResumption(runtime, policy, resumes, own);
+  if (admission.kind === 'refused') return admission;
+  return runAndComplete(runtime, policy, admission.holding, admission.context, work);
 }
 
 /** A look that refused: the refusal it stands for, logged where an operator should hear of it. */

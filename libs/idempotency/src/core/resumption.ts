@@ -4,9 +4,8 @@ import { describeError } from './error-text';
 import { IdempotencyConfigError, IdempotencyResumptionRefusedError } from './errors';
 import { Execution, type CompletionResult, type Holding } from './execution';
 import { storedKeyDigest, storedScope } from './key';
-import type { CallOutcome } from './lifecycle';
 import type { ExecutionPolicy } from './policy';
-import { refusalOf } from './refusal';
+import { refusalOf, type Refusal } from './refusal';
 import type { EngineRuntime } from './runtime';
 import { RecordedSteps } from './steps';
 import type { StoredPayload, Suspension } from './store';
@@ -19,13 +18,12 @@ import type { StoredPayload, Suspension } from './store';
  * own record too, completed with the same result, so a retry of the
  * resumption replays rather than presenting a consumed token.
  */
-export async function admitResumption<T>(
+export async function admitResumption(
   runtime: EngineRuntime,
   policy: ExecutionPolicy,
   resumes: { scope: string; token: string | undefined },
   own: { execution: Execution; tenant: string | undefined } | undefined,
-  run: (holding: Holding, context: IdempotencyContext) => Promise<CallOutcome<T>>,
-): Promise<CallOutcome<T>> {
+): Promise<Admission> {
   const continuations = runtime.store.continuations;
   if (!continuations) {
     await own?.execution.release('resumption-refused');
@@ -35,7 +33,7 @@ export async function admitResumption<T>(
   }
   const refuse = async (
     reason: IdempotencyResumptionRefusedError['reason'],
-  ): Promise<CallOutcome<T>> => {
+  ): Promise<Admission> => {
     await own?.execution.release('resumption-refused');
     runtime.emit(() => ({ type: 'resumption-refused', scope: resumes.scope, reason }));
     const error = new IdempotencyResumptionRefusedError(resumes.scope, reason);
@@ -73,8 +71,14 @@ export async function admitResumption<T>(
     result.state,
   );
   runtime.emit(() => ({ type: 'resumed', scope: resumes.scope, keyDigest: digest }));
-  return run(own ? new ResumedPair(runtime, execution, own.execution) : execution, context);
+  const holding = own ? new ResumedPair(runtime, execution, own.execution) : execution;
+  return { kind: 'admitted', holding, context };
 }
+
+/** A resumption admitted (holding the suspended record, and its own if it has a key), or refused. */
+export type Admission =
+  | { kind: 'admitted'; holding: Holding; context: IdempotencyContext }
+  | { kind: 'refused'; refusal: Refusal; error: Error };
 
 /** The tenant a stored scope carries after the handler's scope, if any. */
 function tenantOf(stored: string, scope: string): string | undefined {

@@ -14,6 +14,7 @@ import type {
   RecordId,
   StoredPayload,
   StepSupport,
+  ContinuationSupport,
   StrictModeSupport,
   TransactionalCompletion,
 } from '../core/store';
@@ -33,6 +34,7 @@ import type {
  * | `idempotency.store.operation.duration` | histogram, `s` | `idempotency.store.operation`, `error.type` |
  * | `idempotency.purge.records` | counter, `{record}` | — |
  * | `idempotency.steps` | counter, `{step}` | `idempotency.scope`, `idempotency.step.outcome` (`recorded`, `replayed`) |
+ * | `idempotency.continuations` | counter, `{call}` | `idempotency.scope`, `idempotency.continuation.outcome` (`suspended`, `replayed`, `resumed`, `refused_invalid`, `refused_unknown`, `refused_consumed`, `refused_lapsed`) |
  *
  * Every histogram advises `IDEMPOTENCY_DURATION_BUCKETS_SECONDS` as its
  * bucket boundaries; an SDK View of the application's still overrides them.
@@ -113,6 +115,7 @@ interface Instruments {
   action: Histogram;
   purged: Counter;
   steps: Counter;
+  continuations: Counter;
 }
 
 /**
@@ -151,6 +154,11 @@ export function instrumentIdempotencyEngine(
       unit: '{step}',
       description: 'Recorded steps (ctx.step): run and recorded, or answered from the record',
     }),
+    continuations: meter.createCounter('idempotency.continuations', {
+      unit: '{call}',
+      description:
+        'Continuations (ctx.suspend): suspended, answered while suspended, resumed, refused',
+    }),
   };
   return engine.onEvent((event) => record(instruments, event));
 }
@@ -170,6 +178,14 @@ function record(instruments: Instruments, event: IdempotencyEvent): void {
   if (event.type === 'step-recorded' || event.type === 'step-replayed') {
     const stepOutcome = event.type === 'step-recorded' ? 'recorded' : 'replayed';
     instruments.steps.add(1, { ...scope, 'idempotency.step.outcome': stepOutcome });
+    return;
+  }
+  const continuation = continuationOutcome(event);
+  if (continuation !== undefined) {
+    instruments.continuations.add(1, {
+      ...scope,
+      'idempotency.continuation.outcome': continuation,
+    });
     return;
   }
   const outcome = OUTCOME[event.type];
@@ -205,6 +221,21 @@ function record(instruments: Instruments, event: IdempotencyEvent): void {
   }
 }
 
+function continuationOutcome(event: IdempotencyEvent): string | undefined {
+  switch (event.type) {
+    case 'suspended':
+      return 'suspended';
+    case 'suspension-replayed':
+      return 'replayed';
+    case 'resumed':
+      return 'resumed';
+    case 'resumption-refused':
+      return `refused_${event.reason}`;
+    default:
+      return undefined;
+  }
+}
+
 /**
  * A store whose every call is a span (a child of the caller's active span:
  * the request's, under an HTTP instrumentation) with its outcome as an
@@ -217,6 +248,7 @@ export class TracingIdempotencyStore implements IdempotencyStore {
   readonly transactional?: TransactionalCompletion;
   readonly strictMode?: StrictModeSupport;
   readonly steps?: StepSupport;
+  readonly continuations?: ContinuationSupport;
   readonly ping?: () => Promise<void>;
 
   constructor(
@@ -260,6 +292,24 @@ export class TracingIdempotencyStore implements IdempotencyStore {
             steps.record(lease, name, value),
           ),
         list: (id) => this.span('step-list', {}, () => steps.list(id)),
+      };
+    }
+    const continuations = inner.continuations;
+    if (continuations) {
+      this.continuations = {
+        suspend: (lease, suspension) =>
+          this.span(
+            'suspend',
+            { 'idempotency.payload.size': suspension.answer.length + suspension.state.length },
+            () => continuations.suspend(lease, suspension),
+          ),
+        resume: (request) =>
+          this.span(
+            'resume',
+            { 'idempotency.scope': scopeOfStored(request.scope) },
+            () => continuations.resume(request),
+            (result) => ({ 'idempotency.outcome': result.kind }),
+          ),
       };
     }
     const transactional = inner.transactional;
