@@ -4,6 +4,7 @@ import { fingerprintsConflict } from './decide';
 import { describeError } from './error-text';
 import { Execution } from './execution';
 import { assertValidKey, keyDigest, storedScope } from './key';
+import { chainOfRecord } from './receipt-writer';
 import type { ExecutionPolicy } from './policy';
 import type { EngineRuntime } from './runtime';
 import { answerAmbiguous, assertStrictModeSupported } from './strict';
@@ -112,7 +113,14 @@ export async function begin(
         }
       }
       // The digest is computed when a log line or an event first needs it, then kept.
-      const execution = new Execution(runtime, policy.scope, digest, result.lease, policy);
+      const execution = new Execution(
+        runtime,
+        policy.scope,
+        digest,
+        result.lease,
+        policy,
+        runtime.receipts ? chainOfRecord(storedScope(policy.scope, tenant), key) : undefined,
+      );
       const context = new IdempotencyContext(
         { scope: policy.scope, key, tenant },
         result.stolen === true ? 'takeover' : 'first',
