@@ -12,6 +12,9 @@ import {
   strictModeTableSql,
   upgradeTableSql,
 } from '../sql/postgres/schema';
+import { mysqlDropReceiptsTableSql, mysqlReceiptsTableSql } from '../sql/mysql/receipts';
+import { dropReceiptsTableSql, receiptsTableSql } from '../sql/postgres/receipts';
+import { RECEIPTS_MIGRATION } from '../sql/receipt-tables';
 import { DEFAULT_TABLE, STEPS_MIGRATION, STRICT_MODE_MIGRATION, TableName } from '../sql/table';
 
 type MigrationClass = new () => MigrationInterface;
@@ -124,6 +127,25 @@ export function createIdempotencyMigrations(name: Partial<TableName> = {}): Migr
         throw new Error(
           `${STEPS_MIGRATION} cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead`,
         );
+      }
+    },
+    class AddIdempotencyReceipts1764979200000 implements MigrationInterface {
+      name = RECEIPTS_MIGRATION;
+
+      async up(queryRunner: QueryRunner): Promise<void> {
+        const sql =
+          dialectOf(queryRunner) === 'mysql'
+            ? mysqlReceiptsTableSql(mysqlTarget)
+            : receiptsTableSql(target);
+        for (const statement of sql) await queryRunner.query(statement);
+      }
+
+      async down(queryRunner: QueryRunner): Promise<void> {
+        const sql =
+          dialectOf(queryRunner) === 'mysql'
+            ? mysqlDropReceiptsTableSql(mysqlTarget)
+            : dropReceiptsTableSql(target);
+        for (const statement of sql) await queryRunner.query(statement);
       }
     },
   ];

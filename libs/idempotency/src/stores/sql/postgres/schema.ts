@@ -1,5 +1,6 @@
 import { IdempotencyStoreSchemaError } from '../../../core/errors';
 import { qualified, quoteIdent, PREDATES_STEPS, PREDATES_STRICT_MODE, TableName } from '../table';
+import { receiptsTableSql } from './receipts';
 
 /**
  * The records table and how it got its shape. Each step is idempotent, so the
@@ -110,6 +111,7 @@ export function schemaSql(name: TableName): string[] {
     ...upgradeTableSql(name),
     ...strictModeTableSql(name),
     ...stepsTableSql(name),
+    ...receiptsTableSql(name),
   ];
 }
 
