@@ -19,7 +19,7 @@ export interface DialectReceipts {
   /** Checks (with `ensureSchema` first creates) the receipts tables; `IdempotencyStoreSchemaError` naming the migration when missing. */
   check(ensureSchema: boolean): Promise<void>;
   append(receipt: ReceiptInput): Promise<StoredReceipt>;
-  read(chain: number, afterSeq: number, limit: number): Promise<StoredReceipt[]>;
+  read(chain: number, offset: number, limit: number): Promise<StoredReceipt[]>;
   head(chain: number): Promise<ReceiptChainHead>;
 }
 

@@ -272,9 +272,9 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
       if (!this.prepared) await this.init();
       return this.dialect.receipts.append(receipt);
     },
-    read: async (chain, afterSeq, limit) => {
+    read: async (chain, offset, limit) => {
       if (!this.prepared) await this.init();
-      return this.dialect.receipts.read(chain, afterSeq, limit);
+      return this.dialect.receipts.read(chain, offset, limit);
     },
     head: async (chain) => {
       if (!this.prepared) await this.init();

@@ -162,11 +162,11 @@ export class MysqlReceipts implements DialectReceipts {
     });
   }
 
-  read(chain: number, afterSeq: number, limit: number): Promise<StoredReceipt[]> {
+  read(chain: number, offset: number, limit: number): Promise<StoredReceipt[]> {
     return this.session('receipts read', async (run) => {
       const rows = await run<ReceiptRow[]>(
-        `SELECT ${RECEIPT_COLUMNS} FROM ${this.receipts} WHERE chain = ? AND seq > ? ORDER BY seq LIMIT ?`,
-        [chain, afterSeq, limit],
+        `SELECT ${RECEIPT_COLUMNS} FROM ${this.receipts} WHERE chain = ? ORDER BY seq LIMIT ? OFFSET ?`,
+        [chain, limit, offset],
       );
       return rows.map(receiptOfRow);
     });

@@ -95,7 +95,7 @@ export class PgReceipts implements DialectReceipts {
 INSERT INTO ${receipts} (${RECEIPT_COLUMNS})
 SELECT chain, seq, $2, $3, $4, $5, at_ms, prev_hash, hash FROM head
 RETURNING ${RECEIPT_COLUMNS}`;
-    this.readSql = `SELECT ${RECEIPT_COLUMNS} FROM ${receipts} WHERE chain = $1 AND seq > $2 ORDER BY seq LIMIT $3`;
+    this.readSql = `SELECT ${RECEIPT_COLUMNS} FROM ${receipts} WHERE chain = $1 ORDER BY seq OFFSET $2 LIMIT $3`;
     this.headSql = `SELECT seq, hash FROM ${heads} WHERE chain = $1`;
   }
 
@@ -140,8 +140,8 @@ RETURNING ${RECEIPT_COLUMNS}`;
     return receiptOfRow(rows[0]);
   }
 
-  async read(chain: number, afterSeq: number, limit: number): Promise<StoredReceipt[]> {
-    const values = [chain, afterSeq, limit];
+  async read(chain: number, offset: number, limit: number): Promise<StoredReceipt[]> {
+    const values = [chain, offset, limit];
     const { rows } = await this.query<ReceiptRow>('receipts read', this.readSql, values, () => values);
     return rows.map(receiptOfRow);
   }
