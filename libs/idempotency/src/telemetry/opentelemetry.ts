@@ -17,6 +17,7 @@ import type {
   StrictModeSupport,
   TransactionalCompletion,
 } from '../core/store';
+import type { ReceiptSupport } from '../core/receipts';
 
 /**
  * OpenTelemetry for the library, through `@opentelemetry/api` alone (the
@@ -33,6 +34,7 @@ import type {
  * | `idempotency.store.operation.duration` | histogram, `s` | `idempotency.store.operation`, `error.type` |
  * | `idempotency.purge.records` | counter, `{record}` | — |
  * | `idempotency.steps` | counter, `{step}` | `idempotency.scope`, `idempotency.step.outcome` (`recorded`, `replayed`) |
+ * | `idempotency.receipts` | counter, `{receipt}` | `idempotency.scope`, `idempotency.receipt.outcome` (`completed`, `released`, `resolved_completed`, `resolved_not_executed`, `failed`) |
  *
  * Every histogram advises `IDEMPOTENCY_DURATION_BUCKETS_SECONDS` as its
  * bucket boundaries; an SDK View of the application's still overrides them.
@@ -113,6 +115,7 @@ interface Instruments {
   action: Histogram;
   purged: Counter;
   steps: Counter;
+  receipts: Counter;
 }
 
 /**
@@ -151,6 +154,10 @@ export function instrumentIdempotencyEngine(
       unit: '{step}',
       description: 'Recorded steps (ctx.step): run and recorded, or answered from the record',
     }),
+    receipts: meter.createCounter('idempotency.receipts', {
+      unit: '{receipt}',
+      description: 'Receipts appended for terminal records (receipts: true), and appends that failed',
+    }),
   };
   return engine.onEvent((event) => record(instruments, event));
 }
@@ -170,6 +177,12 @@ function record(instruments: Instruments, event: IdempotencyEvent): void {
   if (event.type === 'step-recorded' || event.type === 'step-replayed') {
     const stepOutcome = event.type === 'step-recorded' ? 'recorded' : 'replayed';
     instruments.steps.add(1, { ...scope, 'idempotency.step.outcome': stepOutcome });
+    return;
+  }
+  if (event.type === 'receipt-appended' || event.type === 'receipt-failed') {
+    const receiptOutcome =
+      event.type === 'receipt-failed' ? 'failed' : event.outcome.replace(/-/g, '_');
+    instruments.receipts.add(1, { ...scope, 'idempotency.receipt.outcome': receiptOutcome });
     return;
   }
   const outcome = OUTCOME[event.type];
@@ -217,6 +230,7 @@ export class TracingIdempotencyStore implements IdempotencyStore {
   readonly transactional?: TransactionalCompletion;
   readonly strictMode?: StrictModeSupport;
   readonly steps?: StepSupport;
+  readonly receipts?: ReceiptSupport;
   readonly ping?: () => Promise<void>;
 
   constructor(
@@ -260,6 +274,18 @@ export class TracingIdempotencyStore implements IdempotencyStore {
             steps.record(lease, name, value),
           ),
         list: (id) => this.span('step-list', {}, () => steps.list(id)),
+      };
+    }
+    const receipts = inner.receipts;
+    if (receipts) {
+      this.receipts = {
+        check: () => receipts.check(),
+        append: (receipt) =>
+          this.span('receipt', { 'idempotency.receipt.chain': receipt.chain }, () =>
+            receipts.append(receipt),
+          ),
+        read: (chain, offset, limit) => receipts.read(chain, offset, limit),
+        head: (chain) => receipts.head(chain),
       };
     }
     const transactional = inner.transactional;

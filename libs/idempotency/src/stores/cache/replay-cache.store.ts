@@ -17,6 +17,7 @@ import type {
   StrictModeSupport,
   TransactionalCompletion,
 } from '../../core/store';
+import type { ReceiptSupport } from '../../core/receipts';
 
 export interface ReplayCacheOptions {
   /** Most records kept. Default 10,000. */
@@ -64,6 +65,8 @@ export class ReplayCachingStore implements IdempotencyStore {
   readonly strictMode?: StrictModeSupport;
   /** Passed through as it is: steps live only in records in flight, which are never cached. */
   readonly steps?: StepSupport;
+  /** Passed through as it is: receipts are appended past the cache, to the store that keeps them. */
+  readonly receipts?: ReceiptSupport;
   /** Passed through: a health check asks the store, never the cache. */
   readonly ping?: () => Promise<void>;
 
@@ -76,6 +79,7 @@ export class ReplayCachingStore implements IdempotencyStore {
     if (inner.transactional) this.transactional = inner.transactional;
     if (inner.strictMode) this.strictMode = inner.strictMode;
     if (inner.steps) this.steps = inner.steps;
+    if (inner.receipts) this.receipts = inner.receipts;
     if (inner.ping) this.ping = () => inner.ping!();
     this.cache = new LRUCache<string, CachedRecord>({
       max: options.maxEntries ?? 10_000,
