@@ -150,6 +150,10 @@ export class PostgresDialect implements Dialect {
     this.receipts = new PgReceipts(this.tableName, (operation, text, values, logged) =>
       this.query(operation, text, values, logged),
     );
+    if (context.preparedStatements) {
+      const append = this.receipts.appendSql;
+      this.preparedNames.set(append, preparedName('receipt', append));
+    }
   }
 
   async prepare(ensureSchema: boolean): Promise<void> {

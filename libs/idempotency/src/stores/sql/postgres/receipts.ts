@@ -70,7 +70,8 @@ type Query = <T>(
  * chains lock other rows.
  */
 export class PgReceipts implements DialectReceipts {
-  private readonly appendSql: string;
+  /** The append's text: the dialect prepares it with its hot statements. */
+  readonly appendSql: string;
   private readonly readSql: string;
   private readonly headSql: string;
 
