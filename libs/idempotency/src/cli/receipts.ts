@@ -4,6 +4,9 @@ import { withStore } from './connection';
 import { CommandContext } from './context';
 import { CliError, ExitCode } from './exit-codes';
 
+/** The subcommand (`receipts verify`); the command this file adds is `receipts`. */
+const VERIFY = 'verify';
+
 interface ReceiptsVerifyOptions {
   json?: boolean;
 }
@@ -20,7 +23,7 @@ export function addReceiptsCommand(program: Command, context: CommandContext): v
     .command('receipts')
     .description('work with the receipts of terminal records (receipts: true)');
   receipts
-    .command('verify')
+    .command(VERIFY)
     .description(
       'recompute every receipt chain and report any altered, removed or reordered receipt (reads only)',
     )
