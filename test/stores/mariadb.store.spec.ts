@@ -215,6 +215,7 @@ describe.runIf(mariadbAvailable())(
             'UpgradeIdempotencyRecords1764547200000',
             'AddIdempotencyAmbiguousState1764633600000',
             'AddIdempotencySteps1764806400000',
+            'AddIdempotencyReceipts1764979200000',
           ]);
           expect(await tableExists(table)).toBe(true);
           const store = newStore(admin, { table });
@@ -230,8 +231,14 @@ describe.runIf(mariadbAvailable())(
           expect(ddl['Create Table']).toContain('`ambiguous_since` datetime(6)');
           await expect(migrations.showMigrations()).resolves.toBe(false);
 
-          // Undoing recorded steps would let a takeover run recorded steps again: refused.
+          // Undoing receipts would lose them: refused.
           await expect(migrations.undoLastMigration()).rejects.toThrow(
+            'AddIdempotencyReceipts1764979200000 cannot be reverted: the receipts would be lost',
+          );
+          // Undoing recorded steps would let a takeover run recorded steps again: refused.
+          await expect(
+            new (createIdempotencyMigrations({ table })[3])().down(undefined as never),
+          ).rejects.toThrow(
             'AddIdempotencySteps1764806400000 cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead',
           );
           // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.

@@ -118,6 +118,7 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
         'UpgradeIdempotencyRecords1764547200000',
         'AddIdempotencyAmbiguousState1764633600000',
         'AddIdempotencySteps1764806400000',
+        'AddIdempotencyReceipts1764979200000',
       ]);
       expect(await tableExists(schema)).toBe(true);
       const store = newStore(admin, { schema });
@@ -125,8 +126,14 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       await roundTrip(store);
       await expect(migrations.showMigrations()).resolves.toBe(false);
 
-      // Undoing recorded steps would let a takeover run recorded steps again: refused.
+      // Undoing receipts would lose them: refused.
       await expect(migrations.undoLastMigration()).rejects.toThrow(
+        'AddIdempotencyReceipts1764979200000 cannot be reverted: the receipts would be lost',
+      );
+      // Undoing recorded steps would let a takeover run recorded steps again: refused.
+      await expect(
+        new (createIdempotencyMigrations({ schema })[3])().down(undefined as never),
+      ).rejects.toThrow(
         'AddIdempotencySteps1764806400000 cannot be reverted: recorded steps would be lost and a takeover could run them again; restore a backup instead',
       );
       // Undoing strict mode would lose AMBIGUOUS records (and let their keys run again): refused.
@@ -170,7 +177,10 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
         migrations: all,
       });
       const ran = await current.runMigrations();
-      expect(ran.map((m) => m.name)).toEqual(['AddIdempotencySteps1764806400000']);
+      expect(ran.map((m) => m.name)).toEqual([
+        'AddIdempotencySteps1764806400000',
+        'AddIdempotencyReceipts1764979200000',
+      ]);
       const store = newStore(admin, { schema });
       await store.init();
       await roundTrip(store);

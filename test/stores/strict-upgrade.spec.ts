@@ -228,7 +228,11 @@ function describeUpgrade(make: () => Database) {
     const current = await db.open(db.migrations());
     cleanups.push(() => current.destroy());
     const ran = await current.runMigrations();
-    expect(ran.map((m) => m.name)).toEqual([STRICT_MIGRATION, 'AddIdempotencySteps1764806400000']);
+    expect(ran.map((m) => m.name)).toEqual([
+      STRICT_MIGRATION,
+      'AddIdempotencySteps1764806400000',
+      'AddIdempotencyReceipts1764979200000',
+    ]);
     await expect(current.showMigrations()).resolves.toBe(false);
 
     const upgraded = await db.rows(current);

@@ -269,6 +269,7 @@ describe('upgrading a 0.1 table in place', () => {
       'UpgradeIdempotencyRecords1764547200000',
       'AddIdempotencyAmbiguousState1764633600000',
       'AddIdempotencySteps1764806400000',
+      'AddIdempotencyReceipts1764979200000',
     ]);
     await expect(database02.showMigrations()).resolves.toBe(false);
     await expectPreservedAndReplaying(schema, records, before);

@@ -12,8 +12,8 @@ import {
   strictModeTableSql,
   upgradeTableSql,
 } from '../sql/postgres/schema';
-import { mysqlDropReceiptsTableSql, mysqlReceiptsTableSql } from '../sql/mysql/receipts';
-import { dropReceiptsTableSql, receiptsTableSql } from '../sql/postgres/receipts';
+import { mysqlReceiptsTableSql } from '../sql/mysql/receipts';
+import { receiptsTableSql } from '../sql/postgres/receipts';
 import { RECEIPTS_MIGRATION } from '../sql/receipt-tables';
 import { DEFAULT_TABLE, STEPS_MIGRATION, STRICT_MODE_MIGRATION, TableName } from '../sql/table';
 
@@ -140,12 +140,11 @@ export function createIdempotencyMigrations(name: Partial<TableName> = {}): Migr
         for (const statement of sql) await queryRunner.query(statement);
       }
 
-      async down(queryRunner: QueryRunner): Promise<void> {
-        const sql =
-          dialectOf(queryRunner) === 'mysql'
-            ? mysqlDropReceiptsTableSql(mysqlTarget)
-            : dropReceiptsTableSql(target);
-        for (const statement of sql) await queryRunner.query(statement);
+      async down(): Promise<void> {
+        // Going back would drop the receipts, the only record of what ended: refused.
+        throw new Error(
+          `${RECEIPTS_MIGRATION} cannot be reverted: the receipts would be lost; archive them and drop the tables ${target.table}_receipts and ${target.table}_receipt_heads yourself if you mean to`,
+        );
       }
     },
   ];

@@ -56,14 +56,6 @@ export function mysqlReceiptsTableSql(name: MysqlTableName): string[] {
   ];
 }
 
-export function mysqlDropReceiptsTableSql(name: MysqlTableName): string[] {
-  const qualified = (table: string) => mysqlQualified({ schema: name.schema, table });
-  return [
-    `DROP TABLE IF EXISTS ${qualified(`${name.table}_receipts`)}`,
-    `DROP TABLE IF EXISTS ${qualified(`${name.table}_receipt_heads`)}`,
-  ];
-}
-
 interface HeadRow {
   seq: number | string;
   hash: string;

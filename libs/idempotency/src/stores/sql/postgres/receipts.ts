@@ -48,13 +48,6 @@ ON CONFLICT (chain) DO NOTHING`,
   ];
 }
 
-export function dropReceiptsTableSql(name: TableName): string[] {
-  return [
-    `DROP TABLE IF EXISTS ${qualified(receiptsTableOf(name))}`,
-    `DROP TABLE IF EXISTS ${qualified(receiptHeadsTableOf(name))}`,
-  ];
-}
-
 type Query = <T>(
   operation: string,
   text: string,
