@@ -1,5 +1,8 @@
 import { Pool } from 'pg';
+import { IdempotencyEngine } from 'nest-idempotency';
 import { PgIdempotencyStore } from 'nest-idempotency/pg';
+import { keyHash } from '../../libs/idempotency/src/core/key';
+import { chainOfRecord } from '../../libs/idempotency/src/core/receipt-writer';
 import { cli } from '../cli/cli-harness';
 import { scratchSchema, testDatabaseUrl } from '../support/postgres';
 import { expectReceiptsChains } from './receipts-scenario';
@@ -69,5 +72,55 @@ describe('receipts on PostgreSQL', () => {
       await other.close();
       await pool.query(`DROP SCHEMA IF EXISTS "${bare}" CASCADE`);
     }
+  });
+});
+
+describe('receipts of resolutions on PostgreSQL', () => {
+  const schema = scratchSchema('receipts_resolve');
+  let pool: Pool;
+  let store: PgIdempotencyStore;
+
+  beforeAll(async () => {
+    pool = new Pool({ connectionString: testDatabaseUrl(), max: 10 });
+    pool.on('error', () => undefined);
+    store = new PgIdempotencyStore(pool, { schema, ensureSchema: true, logger: quiet });
+    await store.receipts.check();
+  });
+  afterAll(async () => {
+    await store?.close();
+    await pool?.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await pool?.end();
+  });
+
+  it("the CLI's resolve appends a receipt of its own; the chain still verifies", async () => {
+    const engine = new IdempotencyEngine(store, { receipts: true, logger: quiet });
+    const policy = engine.policy({
+      scope: 'receipts.refund',
+      lease: 'PT10S',
+      waitTimeout: 0,
+      onExpiredLease: 'refuse',
+    });
+    const key = `resolve-${process.pid}`;
+    const begun = await engine.begin(policy, { key });
+    if (begun.kind !== 'acquired') throw new Error(begun.kind);
+    await begun.execution.fail(new Error('timed out at the provider'));
+    const chain = chainOfRecord('receipts.refund', key);
+    expect(await store.receipts.read(chain, 0, 100)).toEqual([]); // AMBIGUOUS has not ended
+
+    const resolved = await cli(['--schema', schema, 'resolve', 'receipts.refund', key, '--not-executed']);
+    expect(resolved.stderr).toBe('');
+    expect(resolved.code).toBe(0);
+    const rows = await store.receipts.read(chain, 0, 100);
+    expect(rows).toEqual([
+      expect.objectContaining({
+        seq: 1,
+        keyDigest: keyHash(key).slice(0, 12),
+        outcome: 'resolved-not-executed',
+        resultDigest: null,
+      }),
+    ]);
+    const verified = await cli(['--schema', schema, 'receipts', 'verify']);
+    expect(verified.stdout).toContain('1 receipts in 16 chains verified');
+    expect(verified.code).toBe(0);
   });
 });
