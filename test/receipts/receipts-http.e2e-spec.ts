@@ -46,7 +46,9 @@ describe('receipts through the Nest module on PostgreSQL', () => {
       const first = await send(url, 'POST', '/orders', { key: done, body: {} });
       const replay = await send(url, 'POST', '/orders', { key: done, body: {} });
       expect(replay.text).toBe(first.text);
-      expect((await send(url, 'POST', '/orders', { key: failed, body: { fail: true } })).status).toBe(400);
+      expect(
+        (await send(url, 'POST', '/orders', { key: failed, body: { fail: true } })).status,
+      ).toBe(400);
       const receiptOf = async (key: string) => {
         const chain = chainOfRecord('OrdersController.create', key);
         const rows = await store.receipts.read(chain, 0, 1000);

@@ -38,9 +38,14 @@ describe.runIf(mariadbAvailable())('receipts on MariaDB', () => {
           `UPDATE ${receipts} SET outcome = 'resolved-not-executed', result_digest = NULL WHERE chain = ? AND seq = ?`,
           [chain, seq],
         ),
-      remove: (chain, seq) => sql(`DELETE FROM ${receipts} WHERE chain = ? AND seq = ?`, [chain, seq]),
+      remove: (chain, seq) =>
+        sql(`DELETE FROM ${receipts} WHERE chain = ? AND seq = ?`, [chain, seq]),
       swap: async (chain, a, b) => {
-        await sql(`UPDATE ${receipts} SET seq = -seq WHERE chain = ? AND seq IN (?, ?)`, [chain, a, b]);
+        await sql(`UPDATE ${receipts} SET seq = -seq WHERE chain = ? AND seq IN (?, ?)`, [
+          chain,
+          a,
+          b,
+        ]);
         await sql(
           `UPDATE ${receipts} SET seq = IF(seq = -?, ?, ?) WHERE chain = ? AND seq IN (-?, -?)`,
           [a, b, a, chain, a, b],
@@ -51,7 +56,11 @@ describe.runIf(mariadbAvailable())('receipts on MariaDB', () => {
 
   it('with receipts on, a table without the receipts tables fails the check, naming the migration', async () => {
     const bare = scratchTable('receipts_bare');
-    const made = new MysqlIdempotencyStore(pool, { table: bare, ensureSchema: true, logger: quiet });
+    const made = new MysqlIdempotencyStore(pool, {
+      table: bare,
+      ensureSchema: true,
+      logger: quiet,
+    });
     const other = new MysqlIdempotencyStore(pool, { table: bare, logger: quiet });
     try {
       await made.init();
@@ -60,7 +69,9 @@ describe.runIf(mariadbAvailable())('receipts on MariaDB', () => {
       // The store itself does not need them: it opens, and runs without receipts.
       await other.init();
       await expect(other.receipts.check()).rejects.toThrow(
-        new RegExp(`${bare}_receipts does not exist: run the migration AddIdempotencyReceipts1764979200000`),
+        new RegExp(
+          `${bare}_receipts does not exist: run the migration AddIdempotencyReceipts1764979200000`,
+        ),
       );
     } finally {
       await other.close();

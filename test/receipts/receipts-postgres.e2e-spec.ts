@@ -107,7 +107,14 @@ describe('receipts of resolutions on PostgreSQL', () => {
     const chain = chainOfRecord('receipts.refund', key);
     expect(await store.receipts.read(chain, 0, 100)).toEqual([]); // AMBIGUOUS has not ended
 
-    const resolved = await cli(['--schema', schema, 'resolve', 'receipts.refund', key, '--not-executed']);
+    const resolved = await cli([
+      '--schema',
+      schema,
+      'resolve',
+      'receipts.refund',
+      key,
+      '--not-executed',
+    ]);
     expect(resolved.stderr).toBe('');
     expect(resolved.code).toBe(0);
     const rows = await store.receipts.read(chain, 0, 100);

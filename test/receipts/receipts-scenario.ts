@@ -62,9 +62,7 @@ export async function expectReceiptsChains(target: ReceiptsTarget): Promise<void
 
   // What the receipts say, digest by digest, is what happened.
   const after = await readAll(target.store);
-  const fresh = after.filter(
-    (r) => !before.some((b) => b.chain === r.chain && b.seq === r.seq),
-  );
+  const fresh = after.filter((r) => !before.some((b) => b.chain === r.chain && b.seq === r.seq));
   expect(fresh).toHaveLength(EXECUTIONS);
   const i = 7;
   const mine = fresh.find((r) => r.keyDigest === keyHash(`${run}-${i}`).slice(0, 12))!;

@@ -19,7 +19,8 @@ function checkHex(where: string, argument: string, value: unknown, length: numbe
  * an outcome, so whatever a store writes into its hash text is one of them.
  */
 export function checkReceipt(receipt: ReceiptInput, where: string): void {
-  if (receipt === null || typeof receipt !== 'object') refuse(where, 'receipt', 'an object', receipt);
+  if (receipt === null || typeof receipt !== 'object')
+    refuse(where, 'receipt', 'an object', receipt);
   const { chain, scopeDigest, keyDigest, outcome, resultDigest } = receipt;
   if (!Number.isInteger(chain) || chain < 0 || chain >= RECEIPT_CHAINS) {
     refuse(where, 'receipt.chain', `a whole number from 0 to ${RECEIPT_CHAINS - 1}`, chain);

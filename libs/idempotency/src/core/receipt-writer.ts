@@ -1,12 +1,7 @@
 import { describeError } from './error-text';
 import type { IdempotencyEvent } from './events';
 import type { IdempotencyLogger } from './logger';
-import {
-  type ReceiptOutcome,
-  receiptChain,
-  resultDigestOf,
-  scopeDigestOf,
-} from './receipts';
+import { type ReceiptOutcome, receiptChain, resultDigestOf, scopeDigestOf } from './receipts';
 import { recordLocator } from './key';
 import type { IdempotencyStore, StoredPayload } from './store';
 

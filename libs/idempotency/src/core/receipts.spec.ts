@@ -116,9 +116,9 @@ describe('receipts', () => {
     expect(() => new IdempotencyEngine(bare, { receipts: true })).toThrow(
       /receipts: true needs a store that keeps receipts/,
     );
-    expect(
-      () => new IdempotencyEngine(store, { receipts: 'yes' as unknown as boolean }),
-    ).toThrow(/receipts must be true or false/);
+    expect(() => new IdempotencyEngine(store, { receipts: 'yes' as unknown as boolean })).toThrow(
+      /receipts must be true or false/,
+    );
   });
 
   it('an append that fails is logged by digest and reported; the request succeeds', async () => {
@@ -144,7 +144,8 @@ describe('receipts', () => {
       // Keys of one chain, until it has five receipts.
       for (let i = 0; (await chainOf(store.receipts, chain)).length < 5; i++) {
         const key = `k-${i}`;
-        if (chainOfRecord(SCOPE, key) === chain) await engine.execute({ scope: SCOPE, key }, async () => i);
+        if (chainOfRecord(SCOPE, key) === chain)
+          await engine.execute({ scope: SCOPE, key }, async () => i);
       }
       const rows = await chainOf(store.receipts, chain);
       return { chain, rows, head: await store.receipts.head(chain) };

@@ -156,7 +156,8 @@ export function instrumentIdempotencyEngine(
     }),
     receipts: meter.createCounter('idempotency.receipts', {
       unit: '{receipt}',
-      description: 'Receipts appended for terminal records (receipts: true), and appends that failed',
+      description:
+        'Receipts appended for terminal records (receipts: true), and appends that failed',
     }),
   };
   return engine.onEvent((event) => record(instruments, event));

@@ -1,4 +1,7 @@
-import { IdempotencyStoreSchemaError, IdempotencyStoreUnavailableError } from '../../../core/errors';
+import {
+  IdempotencyStoreSchemaError,
+  IdempotencyStoreUnavailableError,
+} from '../../../core/errors';
 import {
   GENESIS_HASH,
   RECEIPT_CHAINS,
@@ -24,7 +27,9 @@ const ASCII = 'CHARACTER SET ascii COLLATE ascii_bin';
 
 /** The receipts tables beside the records table `name` (in `mysqlCurrentTableSql` and the migration). */
 export function mysqlReceiptsTableSql(name: MysqlTableName): string[] {
-  const receipts = mysqlQualified(receiptsTableOf({ schema: name.schema ?? '', table: name.table }));
+  const receipts = mysqlQualified(
+    receiptsTableOf({ schema: name.schema ?? '', table: name.table }),
+  );
   const heads = mysqlQualified(
     receiptHeadsTableOf({ schema: name.schema ?? '', table: name.table }),
   );
@@ -127,24 +132,24 @@ export class MysqlReceipts implements DialectReceipts {
           prevHash: head.hash,
         };
         const stored: StoredReceipt = { ...linked, hash: receiptHash(linked) };
-        await run(`INSERT INTO ${this.receipts} (${RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, [
-          stored.chain,
-          stored.seq,
-          stored.scopeDigest,
-          stored.keyDigest,
-          stored.outcome,
-          stored.resultDigest,
-          stored.atMs,
-          stored.prevHash,
-          stored.hash,
-        ]);
-        await run(`UPDATE ${this.heads} SET seq = ?, at_ms = ?, prev_hash = ?, hash = ? WHERE chain = ?`, [
-          stored.seq,
-          stored.atMs,
-          stored.prevHash,
-          stored.hash,
-          stored.chain,
-        ]);
+        await run(
+          `INSERT INTO ${this.receipts} (${RECEIPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          [
+            stored.chain,
+            stored.seq,
+            stored.scopeDigest,
+            stored.keyDigest,
+            stored.outcome,
+            stored.resultDigest,
+            stored.atMs,
+            stored.prevHash,
+            stored.hash,
+          ],
+        );
+        await run(
+          `UPDATE ${this.heads} SET seq = ?, at_ms = ?, prev_hash = ?, hash = ? WHERE chain = ?`,
+          [stored.seq, stored.atMs, stored.prevHash, stored.hash, stored.chain],
+        );
         await run('COMMIT', []);
         return stored;
       } catch (error) {
@@ -194,7 +199,9 @@ export class MysqlReceipts implements DialectReceipts {
     let timedOut = false;
     const run: Run = <R>(sql: string, values: unknown[]) =>
       new Promise<R>((resolve, reject) => {
-        connection.query(sql, values, (error, rows) => (error ? reject(error) : resolve(rows as R)));
+        connection.query(sql, values, (error, rows) =>
+          error ? reject(error) : resolve(rows as R),
+        );
       });
     try {
       return await Promise.race([

@@ -120,12 +120,7 @@ RETURNING ${RECEIPT_COLUMNS}`;
       receipt.outcome,
       receipt.resultDigest,
     ];
-    const { rows } = await this.query<ReceiptRow>(
-      'receipt',
-      this.appendSql,
-      values,
-      () => values,
-    );
+    const { rows } = await this.query<ReceiptRow>('receipt', this.appendSql, values, () => values);
     if (rows.length !== 1) {
       throw new IdempotencyStoreSchemaError(
         `receipt chain ${receipt.chain} has no head row in ${this.name.schema}.${receiptHeadsTableOf(this.name).table}: run the migration ${RECEIPTS_MIGRATION} again`,
@@ -136,7 +131,12 @@ RETURNING ${RECEIPT_COLUMNS}`;
 
   async read(chain: number, offset: number, limit: number): Promise<StoredReceipt[]> {
     const values = [chain, offset, limit];
-    const { rows } = await this.query<ReceiptRow>('receipts read', this.readSql, values, () => values);
+    const { rows } = await this.query<ReceiptRow>(
+      'receipts read',
+      this.readSql,
+      values,
+      () => values,
+    );
     return rows.map(receiptOfRow);
   }
 
