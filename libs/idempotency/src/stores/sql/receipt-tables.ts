@@ -4,6 +4,14 @@ import type { TableName } from './table';
 /** The migration that adds the receipts tables (./migration.ts), named by the schema checks. */
 export const RECEIPTS_MIGRATION = 'AddIdempotencyReceipts1764979200000';
 
+/**
+ * The schema check's message for missing receipts tables, `names` qualified
+ * (written out whole: docs/troubleshooting.md quotes it).
+ */
+export function missingReceiptTables(names: string[]): string {
+  return `receipts are on, but ${names.join(' and ')} ${names.length > 1 ? 'do' : 'does'} not exist: run the migration AddIdempotencyReceipts1764979200000 (createIdempotencyMigrations() includes it; so do the SQL scripts and ensureSchema)`;
+}
+
 /** The receipts of the records table `name`: `<table>_receipts`, beside it. */
 export function receiptsTableOf(name: TableName): TableName {
   return { schema: name.schema, table: `${name.table}_receipts` };

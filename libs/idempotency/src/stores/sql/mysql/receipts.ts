@@ -13,6 +13,7 @@ import {
 import {
   type DialectReceipts,
   RECEIPT_COLUMNS,
+  missingReceiptTables,
   RECEIPTS_MIGRATION,
   receiptHeadsTableOf,
   receiptOfRow,
@@ -106,7 +107,7 @@ export class MysqlReceipts implements DialectReceipts {
       const missing = wanted.filter((table) => !rows.some((row) => row.table_name === table));
       if (missing.length > 0) {
         throw new IdempotencyStoreSchemaError(
-          `receipts are on, but ${missing.map((t) => `${this.where}.${t}`).join(' and ')} ${missing.length > 1 ? 'do' : 'does'} not exist: run the migration ${RECEIPTS_MIGRATION} (createIdempotencyMigrations() and migrateMysqlIdempotencyTable() include it)`,
+          missingReceiptTables(missing.map((t) => `${this.where}.${t}`)),
         );
       }
     });

@@ -9,6 +9,7 @@ import {
 import {
   type DialectReceipts,
   RECEIPT_COLUMNS,
+  missingReceiptTables,
   RECEIPTS_MIGRATION,
   receiptHeadsTableOf,
   receiptOfRow,
@@ -107,7 +108,7 @@ RETURNING ${RECEIPT_COLUMNS}`;
     const missing = wanted.filter((table) => !rows.some((row) => row.table_name === table));
     if (missing.length > 0) {
       throw new IdempotencyStoreSchemaError(
-        `receipts are on, but ${missing.map((t) => `${this.name.schema}.${t}`).join(' and ')} ${missing.length > 1 ? 'do' : 'does'} not exist: run the migration ${RECEIPTS_MIGRATION} (createIdempotencyMigrations() includes it; pgIdempotencyMigrationSql() and the CLI's schema-sql print it)`,
+        missingReceiptTables(missing.map((t) => `${this.name.schema}.${t}`)),
       );
     }
   }
