@@ -68,6 +68,12 @@ describe('receipts on PostgreSQL', () => {
       await expect(other.receipts.check()).rejects.toThrow(
         /idempotency_records_receipts does not exist: run the migration AddIdempotencyReceipts1764979200000/,
       );
+      // receipts verify says the same, as a schema error.
+      const verify = await cli(['--schema', bare, 'receipts', 'verify']);
+      expect(verify.stderr).toContain(
+        'idempotency_records_receipts does not exist: run the migration AddIdempotencyReceipts1764979200000',
+      );
+      expect(verify.code).toBe(4);
     } finally {
       await other.close();
       await pool.query(`DROP SCHEMA IF EXISTS "${bare}" CASCADE`);
