@@ -217,6 +217,7 @@ describe.runIf(mariadbAvailable())(
             'AddIdempotencyAmbiguousState1764633600000',
             'AddIdempotencySteps1764806400000',
             'AddIdempotencyContinuations1764892800000',
+            'AddIdempotencyReceipts1764979200000',
           ]);
           expect(await tableExists(table)).toBe(true);
           const store = newStore(admin, { table });
@@ -235,6 +236,12 @@ describe.runIf(mariadbAvailable())(
 
           // Undoing continuations would lose suspended records' answers and states: refused.
           await expect(migrations.undoLastMigration()).rejects.toThrow(
+            'AddIdempotencyReceipts1764979200000 cannot be reverted: the receipts would be lost',
+          );
+          // Undoing continuations would lose suspended records' answers and states: refused.
+          await expect(
+            new (createIdempotencyMigrations({ table })[4])().down(undefined as never),
+          ).rejects.toThrow(
             'AddIdempotencyContinuations1764892800000 cannot be reverted: suspended records would lose their answer and state, and their resumptions could not be admitted; restore a backup instead',
           );
           // Undoing recorded steps would let a takeover run recorded steps again: refused.

@@ -119,6 +119,7 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
         'AddIdempotencyAmbiguousState1764633600000',
         'AddIdempotencySteps1764806400000',
         'AddIdempotencyContinuations1764892800000',
+        'AddIdempotencyReceipts1764979200000',
       ]);
       expect(await tableExists(schema)).toBe(true);
       const store = newStore(admin, { schema });
@@ -128,6 +129,12 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
 
       // Undoing continuations would lose suspended records' answers and states: refused.
       await expect(migrations.undoLastMigration()).rejects.toThrow(
+        'AddIdempotencyReceipts1764979200000 cannot be reverted: the receipts would be lost',
+      );
+      // Undoing continuations would lose suspended records' answers and states: refused.
+      await expect(
+        new (createIdempotencyMigrations({ schema })[4])().down(undefined as never),
+      ).rejects.toThrow(
         'AddIdempotencyContinuations1764892800000 cannot be reverted: suspended records would lose their answer and state, and their resumptions could not be admitted; restore a backup instead',
       );
       // Undoing recorded steps would let a takeover run recorded steps again: refused.
@@ -180,6 +187,7 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
       expect(ran.map((m) => m.name)).toEqual([
         'AddIdempotencySteps1764806400000',
         'AddIdempotencyContinuations1764892800000',
+        'AddIdempotencyReceipts1764979200000',
       ]);
       const store = newStore(admin, { schema });
       await store.init();
@@ -209,7 +217,10 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
         migrations: all,
       });
       const ran = await current.runMigrations();
-      expect(ran.map((m) => m.name)).toEqual(['AddIdempotencyContinuations1764892800000']);
+      expect(ran.map((m) => m.name)).toEqual([
+        'AddIdempotencyContinuations1764892800000',
+        'AddIdempotencyReceipts1764979200000',
+      ]);
       const store = newStore(admin, { schema });
       await store.init();
       await roundTrip(store);

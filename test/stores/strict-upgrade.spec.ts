@@ -232,6 +232,7 @@ function describeUpgrade(make: () => Database) {
       STRICT_MIGRATION,
       'AddIdempotencySteps1764806400000',
       'AddIdempotencyContinuations1764892800000',
+      'AddIdempotencyReceipts1764979200000',
     ]);
     await expect(current.showMigrations()).resolves.toBe(false);
 

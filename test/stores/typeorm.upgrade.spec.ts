@@ -270,6 +270,7 @@ describe('upgrading a 0.1 table in place', () => {
       'AddIdempotencyAmbiguousState1764633600000',
       'AddIdempotencySteps1764806400000',
       'AddIdempotencyContinuations1764892800000',
+      'AddIdempotencyReceipts1764979200000',
     ]);
     await expect(database02.showMigrations()).resolves.toBe(false);
     await expectPreservedAndReplaying(schema, records, before);

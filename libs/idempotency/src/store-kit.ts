@@ -58,3 +58,7 @@ export {
   describeInput,
 } from './core/store-input';
 export { PROBE_BYTES, PROBE_SCOPE, PROBE_TTL_MS, probeMismatch } from './core/byte-probe';
+
+// Receipts: the hash every store links its chains with, and the check of an append's input.
+export { receiptHash, receiptText } from './core/receipts';
+export { checkReceipt } from './core/receipt-input';

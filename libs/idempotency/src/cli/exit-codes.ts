@@ -5,7 +5,7 @@
 export const ExitCode = {
   /** The command did what it was asked. */
   OK: 0,
-  /** `verify`: a guarantee was graded FAIL, or N/A (not checked is not a pass). */
+  /** `verify`: a guarantee was graded FAIL, or N/A (not checked is not a pass); `receipts verify`: a chain is broken. */
   VERIFY_FAILED: 1,
   /** Bad arguments: unknown command or option, invalid value, no database or Redis URL. */
   USAGE: 2,
@@ -40,7 +40,7 @@ export class CliError extends Error {
 export const EXIT_CODES_HELP = `
 Exit codes:
   0    success
-  1    verify: a guarantee FAILed, or could not be checked (N/A is not a pass)
+  1    verify: a guarantee FAILed, or could not be checked (N/A is not a pass); receipts verify: a chain is broken
   2    usage: bad command, option or value; no database or Redis URL
   3    unreachable: the database or Redis (refused, unknown host, no answer within --timeout, login refused)
   4    schema: the records table is missing or has the wrong shape; verify may not create its scratch schema or table

@@ -1,6 +1,8 @@
 import { Command } from 'commander';
 import { parseDuration } from '../core/duration';
-import { IdempotencyConfigError } from '../core/errors';
+import { IdempotencyConfigError, IdempotencyStoreSchemaError } from '../core/errors';
+import { appendReceipt, chainOfRecord } from '../core/receipt-writer';
+import type { IdempotencyStore } from '../core/store';
 import type { IdempotencyEvent } from '../core/events';
 import { storedKeyDigest, scopeOfStored } from '../core/key';
 import { encodeValue } from '../core/payload';
@@ -101,6 +103,7 @@ export function addResolveCommand(program: Command, context: CommandContext): vo
             );
           }
           const outcome = payload === undefined ? 'not-executed' : 'completed';
+          await appendResolutionReceipt(context, store, { scope, key }, payload ?? null);
           const event: IdempotencyEvent = {
             type: 'resolved',
             scope: scopeOfStored(scope),
@@ -133,6 +136,38 @@ export function addResolveCommand(program: Command, context: CommandContext): vo
         });
       },
     );
+}
+
+/**
+ * A store whose receipts tables exist keeps receipts: the resolution appends
+ * its own (it never rewrites an earlier one). Without them (receipts off),
+ * nothing is appended; a failed append is reported on stderr, and the
+ * resolution stands.
+ */
+async function appendResolutionReceipt(
+  context: CommandContext,
+  store: IdempotencyStore,
+  id: { scope: string; key: string },
+  payload: Buffer | null,
+): Promise<void> {
+  if (!store.receipts) return;
+  try {
+    await store.receipts.check();
+  } catch (error) {
+    if (error instanceof IdempotencyStoreSchemaError) return;
+    throw error;
+  }
+  const warn = (message: string) => context.io.stderr(`warning: ${message}\n`);
+  await appendReceipt(
+    { store, logger: { warn, error: warn }, emit: () => undefined },
+    {
+      scope: scopeOfStored(id.scope),
+      keyDigest: storedKeyDigest(id.scope, id.key),
+      chain: chainOfRecord(id.scope, id.key),
+    },
+    payload === null ? 'resolved-not-executed' : 'resolved-completed',
+    payload,
+  );
 }
 
 function parsePayload(text: string | undefined): Buffer {

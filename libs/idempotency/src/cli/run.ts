@@ -8,6 +8,7 @@ import { CliError, EXIT_CODES_HELP, ExitCode } from './exit-codes';
 import { addInspectCommand } from './inspect';
 import { addListCommand } from './list';
 import { addPurgeCommand } from './purge';
+import { addReceiptsCommand } from './receipts';
 import { addResolveCommand } from './resolve';
 import { addSchemaSqlCommand } from './schema-sql';
 import { addVerifyCommand } from './verify';
@@ -93,6 +94,7 @@ ${EXIT_CODES_HELP}`,
   addPurgeCommand(program, context);
   addResolveCommand(program, context);
   addVerifyCommand(program, context);
+  addReceiptsCommand(program, context);
   addSchemaSqlCommand(program, context);
   return program;
 }

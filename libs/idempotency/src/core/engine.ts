@@ -42,6 +42,12 @@ export interface IdempotencyEngineOptions {
   completionRetry?: Partial<CompletionRetryOptions>;
   /** How `IdempotencyContext.deriveKey` derives keys: `{ secret }` makes them unguessable from the raw key. */
   derivedKeys?: DerivedKeyOptions;
+  /**
+   * Append a receipt for every record that reaches a terminal state
+   * (completed, released after a failure, resolved): see docs/receipts.md.
+   * Needs a store that keeps them (`store.receipts`). Default false.
+   */
+  receipts?: boolean;
 }
 
 /**
@@ -79,8 +85,19 @@ export class IdempotencyEngine {
     readonly store: IdempotencyStore,
     options: IdempotencyEngineOptions = {},
   ) {
+    if (options.receipts !== undefined && typeof options.receipts !== 'boolean') {
+      throw new IdempotencyConfigError(
+        `IdempotencyEngine: receipts must be true or false, got ${JSON.stringify(options.receipts)}`,
+      );
+    }
+    if (options.receipts && !store.receipts) {
+      throw new IdempotencyConfigError(
+        'IdempotencyEngine: receipts: true needs a store that keeps receipts (store.receipts: the in-memory, PostgreSQL, MySQL/MariaDB, TypeORM and Redis stores); this store does not',
+      );
+    }
     this.context = {
       store,
+      receipts: options.receipts === true,
       logger: options.logger ?? consoleLogger,
       retry: { ...DEFAULT_RETRY, ...options.completionRetry },
       durations: new ScopeDurations(),

@@ -1,3 +1,4 @@
+import type { ReceiptOutcome } from './receipts';
 import type { AmbiguityReason } from './store';
 
 /**
@@ -131,6 +132,22 @@ export type IdempotencyEvent =
       type: 'resumption-refused';
       scope: string;
       reason: 'invalid' | 'unknown' | 'consumed' | 'lapsed';
+    }
+  | {
+      /** Receipts: the record's terminal state was appended to receipt chain `chain`. */
+      type: 'receipt-appended';
+      scope: string;
+      keyDigest: string;
+      outcome: ReceiptOutcome;
+      chain: number;
+    }
+  | {
+      /** Receipts: the append failed (logged); the caller's request was not failed for it. */
+      type: 'receipt-failed';
+      scope: string;
+      keyDigest: string;
+      outcome: ReceiptOutcome;
+      error: string;
     }
   | { type: 'completion-retry'; scope: string; keyDigest: string; attempt: number; error: string }
   | { type: 'completion-failed'; scope: string; keyDigest: string; attempts: number; error: string }

@@ -10,6 +10,8 @@ import type { ReleaseReason } from './events';
 import type { ExecutionPolicy } from './policy';
 import { isNotExecuted } from './strict';
 import { encodeNotStorable, notStorableReason } from './payload';
+import { appendReceipt } from './receipt-writer';
+import type { ReceiptOutcome } from './receipts';
 import type { EngineRuntime } from './runtime';
 import type {
   Lease,
@@ -62,6 +64,8 @@ export class Execution implements Holding {
     private readonly lease: Lease,
     /** Strict mode: a failed action makes the record AMBIGUOUS (see `fail`). */
     private readonly strictness?: Pick<ExecutionPolicy, 'strict' | 'notExecuted'>,
+    /** Receipts on: the record's receipt chain (`chainOfRecord`). */
+    private readonly receiptChain?: number,
   ) {
     this.digest = keyDigest;
     this.timer = setInterval(() => void this.beat(), Math.max(1, Math.floor(lease.leaseMs / 2)));
@@ -156,10 +160,12 @@ export class Execution implements Holding {
     // Whether the runner called `work` at all (it may fail to begin its transaction).
     let began = false;
     let lost = false as boolean;
+    let committedPayload: StoredPayload | null = null;
     try {
       const value = await runner(async (tx) => {
         began = true;
         const { value, payload } = await work(tx);
+        committedPayload = payload;
         stage = 'complete';
         workMs = performance.now() - this.startedAt;
         this.settle(); // from here a refused heartbeat may be our own completion
@@ -179,6 +185,7 @@ export class Execution implements Holding {
       this.finish();
       transactional.afterCommit?.(this.lease);
       this.completed(workMs);
+      await this.receipt('completed', committedPayload);
       return value;
     } catch (error) {
       this.settled = true;
@@ -348,6 +355,17 @@ export class Execution implements Holding {
     }));
   }
 
+  /** Receipts on: appends the record's receipt (never throws; see `appendReceipt`). */
+  private async receipt(outcome: ReceiptOutcome, payload: StoredPayload | null): Promise<void> {
+    if (this.receiptChain === undefined) return;
+    await appendReceipt(
+      this.context,
+      { scope: this.scope, keyDigest: this.keyDigest, chain: this.receiptChain },
+      outcome,
+      payload,
+    );
+  }
+
   private finish(): void {
     this.finished = true;
     clearInterval(this.timer);
@@ -389,6 +407,7 @@ export class Execution implements Holding {
       try {
         await store.complete(this.lease, payload);
         this.completed(workMs);
+        await this.receipt('completed', payload);
         return 'stored';
       } catch (error) {
         if (error instanceof IdempotencyLeaseLostError) {
@@ -455,6 +474,8 @@ export class Execution implements Holding {
     try {
       await store.release(this.lease);
       emit(() => ({ type: 'released', scope: this.scope, keyDigest: this.keyDigest, reason }));
+      // Released after a failure (not when something merely answered the caller first).
+      if (reason !== 'answered-early') await this.receipt('released', null);
     } catch (error) {
       if (error instanceof IdempotencyLeaseLostError) {
         emit(() => ({

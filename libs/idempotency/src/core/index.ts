@@ -94,6 +94,19 @@ export type {
   TransactionalCompletion,
 } from './store';
 
+// Receipts (`receipts: true`): the SPI capability, and the chain walk `receipts verify` runs.
+export { GENESIS_HASH, RECEIPT_CHAINS, verifyChain } from './receipts';
+export type {
+  ChainReport,
+  ReceiptChainHead,
+  ReceiptFinding,
+  ReceiptInput,
+  ReceiptOutcome,
+  ReceiptProblem,
+  ReceiptSupport,
+  StoredReceipt,
+} from './receipts';
+
 /**
  * @deprecated since 0.3: import the store author's toolbox from
  * `nest-idempotency/store-kit`; these names leave `nest-idempotency/core` and

@@ -5,6 +5,7 @@ import { describeError } from './error-text';
 import { Execution } from './execution';
 import { continuationToken } from './continuation';
 import { assertValidKey, keyDigest, recordLocator, storedScope } from './key';
+import { chainOfRecord } from './receipt-writer';
 import type { ExecutionPolicy } from './policy';
 import type { EngineRuntime } from './runtime';
 import { answerAmbiguous, assertStrictModeSupported } from './strict';
@@ -114,7 +115,14 @@ export async function begin(
         }
       }
       // The digest is computed when a log line or an event first needs it, then kept.
-      const execution = new Execution(runtime, policy.scope, digest, result.lease, policy);
+      const execution = new Execution(
+        runtime,
+        policy.scope,
+        digest,
+        result.lease,
+        policy,
+        runtime.receipts ? chainOfRecord(storedScope(policy.scope, tenant), key) : undefined,
+      );
       const context = new IdempotencyContext(
         { scope: policy.scope, key, tenant },
         result.stolen === true ? 'takeover' : 'first',

@@ -26,4 +26,6 @@ export interface EngineRuntime {
   durations: ScopeDurations;
   /** What `IdempotencyContext.deriveKey` derives with (the `derivedKeys` option, checked). */
   derivedKeys: DerivedKeySecret;
+  /** `receipts: true`: terminal records append a receipt (the store declares `receipts`). */
+  receipts: boolean;
 }

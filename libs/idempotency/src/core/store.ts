@@ -1,3 +1,5 @@
+import type { ReceiptSupport } from './receipts';
+
 /**
  * The storage SPI. A store keeps one record per (scope, key): absent,
  * IN_PROGRESS under a lease, or COMPLETE with a stored payload.
@@ -79,6 +81,12 @@ export interface IdempotencyStore {
    * resumption per continuation. Wrappers pass it on.
    */
   readonly continuations?: ContinuationSupport;
+  /**
+   * Optional capability: receipts (`receipts: true`). A store that declares
+   * it keeps hash chains of receipts of terminal records, appending each
+   * atomically by its own clock (see ./receipts.ts). Wrappers pass it on.
+   */
+  readonly receipts?: ReceiptSupport;
 }
 
 /**

@@ -7,6 +7,7 @@ import { describeError } from './error-text';
 import type { EngineRuntime } from './runtime';
 import { encodeValue } from './payload';
 import type { ExecutionPolicy, ReconcileAnswer } from './policy';
+import { appendReceipt, chainOfRecord } from './receipt-writer';
 import { withUnknownStep } from './steps';
 import type { AmbiguousRecord, IdempotencyStore, StoredPayload } from './store';
 
@@ -102,6 +103,14 @@ export async function answerAmbiguous(
           : { outcome: 'completed', payload, ttlMs: policy.ttlMs, resolvedBy: RECONCILE_RESOLVER },
       );
       if (resolved.kind === 'not-ambiguous') return { kind: 'acquire-again' };
+      if (context.receipts) {
+        await appendReceipt(
+          context,
+          { scope, keyDigest, chain: chainOfRecord(id.scope, id.key) },
+          payload === undefined ? 'resolved-not-executed' : 'resolved-completed',
+          payload ?? null,
+        );
+      }
       emit(() => ({
         type: 'resolved',
         scope,

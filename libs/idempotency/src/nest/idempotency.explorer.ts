@@ -136,6 +136,8 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     if (this.hasGraphqlMutations) await requireGraphql();
     if (this.hasGatewayHandlers) await loadWebsockets();
     await this.settings.store.init?.();
+    // Receipts on: their tables must be there (SQL), or the bootstrap fails naming the migration.
+    if (this.settings.options.receipts) await this.settings.store.receipts?.check();
   }
 
   async onApplicationShutdown(): Promise<void> {

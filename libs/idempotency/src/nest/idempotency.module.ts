@@ -117,6 +117,7 @@ function createEngine(settings: ModuleSettings): IdempotencyEngine {
   const engine = new IdempotencyEngine(store, {
     logger: settings.logger,
     derivedKeys: options.derivedKeys,
+    receipts: options.receipts,
   });
   if (options.telemetry) instrumentIdempotencyEngine(engine, telemetry);
   if (options.onEvent) engine.onEvent(options.onEvent);

@@ -18,6 +18,7 @@ import type {
   StrictModeSupport,
   TransactionalCompletion,
 } from '../core/store';
+import type { ReceiptSupport } from '../core/receipts';
 
 /**
  * OpenTelemetry for the library, through `@opentelemetry/api` alone (the
@@ -35,6 +36,7 @@ import type {
  * | `idempotency.purge.records` | counter, `{record}` | — |
  * | `idempotency.steps` | counter, `{step}` | `idempotency.scope`, `idempotency.step.outcome` (`recorded`, `replayed`) |
  * | `idempotency.continuations` | counter, `{call}` | `idempotency.scope`, `idempotency.continuation.outcome` (`suspended`, `replayed`, `resumed`, `refused_invalid`, `refused_unknown`, `refused_consumed`, `refused_lapsed`) |
+ * | `idempotency.receipts` | counter, `{receipt}` | `idempotency.scope`, `idempotency.receipt.outcome` (`completed`, `released`, `resolved_completed`, `resolved_not_executed`, `failed`) |
  *
  * Every histogram advises `IDEMPOTENCY_DURATION_BUCKETS_SECONDS` as its
  * bucket boundaries; an SDK View of the application's still overrides them.
@@ -116,6 +118,7 @@ interface Instruments {
   purged: Counter;
   steps: Counter;
   continuations: Counter;
+  receipts: Counter;
 }
 
 /**
@@ -159,6 +162,11 @@ export function instrumentIdempotencyEngine(
       description:
         'Continuations (ctx.suspend): suspended, answered while suspended, resumed, refused',
     }),
+    receipts: meter.createCounter('idempotency.receipts', {
+      unit: '{receipt}',
+      description:
+        'Receipts appended for terminal records (receipts: true), and appends that failed',
+    }),
   };
   return engine.onEvent((event) => record(instruments, event));
 }
@@ -186,6 +194,12 @@ function record(instruments: Instruments, event: IdempotencyEvent): void {
       ...scope,
       'idempotency.continuation.outcome': continuation,
     });
+    return;
+  }
+  if (event.type === 'receipt-appended' || event.type === 'receipt-failed') {
+    const receiptOutcome =
+      event.type === 'receipt-failed' ? 'failed' : event.outcome.replace(/-/g, '_');
+    instruments.receipts.add(1, { ...scope, 'idempotency.receipt.outcome': receiptOutcome });
     return;
   }
   const outcome = OUTCOME[event.type];
@@ -249,6 +263,7 @@ export class TracingIdempotencyStore implements IdempotencyStore {
   readonly strictMode?: StrictModeSupport;
   readonly steps?: StepSupport;
   readonly continuations?: ContinuationSupport;
+  readonly receipts?: ReceiptSupport;
   readonly ping?: () => Promise<void>;
 
   constructor(
@@ -310,6 +325,18 @@ export class TracingIdempotencyStore implements IdempotencyStore {
             () => continuations.resume(request),
             (result) => ({ 'idempotency.outcome': result.kind }),
           ),
+      };
+    }
+    const receipts = inner.receipts;
+    if (receipts) {
+      this.receipts = {
+        check: () => receipts.check(),
+        append: (receipt) =>
+          this.span('receipt', { 'idempotency.receipt.chain': receipt.chain }, () =>
+            receipts.append(receipt),
+          ),
+        read: (chain, offset, limit) => receipts.read(chain, offset, limit),
+        head: (chain) => receipts.head(chain),
       };
     }
     const transactional = inner.transactional;

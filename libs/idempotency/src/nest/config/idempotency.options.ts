@@ -209,6 +209,13 @@ export interface IdempotencyModuleOptions {
    * raw key; without, anyone who knows the raw key and the scope can.
    */
   derivedKeys?: DerivedKeyOptions;
+  /**
+   * Append a receipt (digests, outcome, the store's time, a hash chain) for
+   * every record that reaches a terminal state; `nest-idempotency receipts
+   * verify` checks the chains. Needs a store that keeps them; on SQL, the
+   * receipts tables (checked at bootstrap). Default false. See docs/receipts.md.
+   */
+  receipts?: boolean;
 }
 
 export interface IdempotencyTelemetryOptions {
@@ -229,6 +236,7 @@ export const MODULE_OPTION_KEYS = optionKeys<IdempotencyModuleOptions>()([
   'telemetry',
   'logger',
   'derivedKeys',
+  'receipts',
 ]);
 
 export const TELEMETRY_OPTION_KEYS = optionKeys<IdempotencyTelemetryOptions>()(['meter', 'tracer']);

@@ -18,6 +18,7 @@ import type {
   StrictModeSupport,
   TransactionalCompletion,
 } from '../../core/store';
+import type { ReceiptSupport } from '../../core/receipts';
 
 export interface ReplayCacheOptions {
   /** Most records kept. Default 10,000. */
@@ -71,6 +72,8 @@ export class ReplayCachingStore implements IdempotencyStore {
    * completes is cached from its first replay.
    */
   readonly continuations?: ContinuationSupport;
+  /** Passed through as it is: receipts are appended past the cache, to the store that keeps them. */
+  readonly receipts?: ReceiptSupport;
   /** Passed through: a health check asks the store, never the cache. */
   readonly ping?: () => Promise<void>;
 
@@ -84,6 +87,7 @@ export class ReplayCachingStore implements IdempotencyStore {
     if (inner.strictMode) this.strictMode = inner.strictMode;
     if (inner.steps) this.steps = inner.steps;
     if (inner.continuations) this.continuations = inner.continuations;
+    if (inner.receipts) this.receipts = inner.receipts;
     if (inner.ping) this.ping = () => inner.ping!();
     this.cache = new LRUCache<string, CachedRecord>({
       max: options.maxEntries ?? 10_000,

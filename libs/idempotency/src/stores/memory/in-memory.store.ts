@@ -45,6 +45,7 @@ import {
 } from '../../core/store';
 import { Observation, waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
+import { MemoryReceipts } from './memory-receipts';
 
 interface MemoryRecord {
   scope: string;
@@ -103,6 +104,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   private readonly maxPayloadBytes: number;
   private readonly maxWaiters: number;
   private readonly now: () => number;
+  /** Receipts: an array and a head per chain, in this process (see ./memory-receipts.ts). */
+  readonly receipts: MemoryReceipts;
 
   readonly strictMode: StrictModeSupport = {
     markAmbiguous: (lease, reason) => this.markAmbiguous(lease, reason),
@@ -197,6 +200,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     this.maxWaiters = options.maxWaiters ?? DEFAULT_MAX_WAITERS;
     this.now = options.now ?? Date.now;
+    this.receipts = new MemoryReceipts(() => this.now());
   }
 
   /**

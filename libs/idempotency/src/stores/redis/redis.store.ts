@@ -56,6 +56,7 @@ import {
 } from './client';
 import type { RedisClientLibrary } from './client.port';
 import { DEFAULT_KEY_PREFIX, RecordNames, RedisKeys } from './keys';
+import { RedisReceipts } from './receipts';
 import { SUPPORTED_NODE_REDIS } from './node-redis.adapter';
 import {
   ACQUIRE,
@@ -165,6 +166,8 @@ export class RedisIdempotencyStore<
 > implements IdempotencyStore {
   readonly keys: RedisKeys;
   private readonly commands: RedisCommands;
+  /** Receipts: a list and a head per chain, under this store's prefix (see ./receipts.ts). */
+  readonly receipts: RedisReceipts;
   private readonly waiters = new WaiterRegistry();
   private readonly wakeups: Wakeups;
   private readonly maxPayloadBytes: number;
@@ -301,6 +304,7 @@ export class RedisIdempotencyStore<
     this.logger = options.logger ?? defaultLogger();
     this.byteProbe = options.byteProbe ?? true;
     this.commands = new RedisCommands(port, this.timeoutMs);
+    this.receipts = new RedisReceipts(this.commands, this.keys.prefix);
     if (port.cluster) {
       this.publish = 'SPUBLISH';
       this.wakeups = new ClusterWakeups(port, this.waiters, this.logger, this.timeoutMs);

@@ -15,6 +15,7 @@ import type {
 } from '../../core/store';
 import type { Observation } from '../../core/wait-loop';
 import type { WaiterRegistry } from '../../core/waiters';
+import type { DialectReceipts } from './receipt-tables';
 import type { TableName } from './table';
 
 /**
@@ -97,6 +98,8 @@ export interface Dialect {
   /** Deletes the record whatever its state (the byte probe's own record, at `init()`). */
   forget(record: RecordRef): Promise<void>;
   list(filter: ListFilter): Promise<IdempotencyRecordView[]>;
+  /** Receipts: the dialect's statements for the receipts tables (see ./receipt-tables.ts). */
+  readonly receipts: DialectReceipts;
 }
 
 /** A record's identity as the store computed it once: the hashed id, and what logs may show. */

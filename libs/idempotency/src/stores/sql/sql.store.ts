@@ -38,6 +38,8 @@ import {
   StepSupport,
   StrictModeSupport,
 } from '../../core/store';
+import type { ReceiptSupport } from '../../core/receipts';
+import { checkReceipt } from '../../core/receipt-input';
 import { waitForRecord } from '../../core/wait-loop';
 import { WaiterRegistry } from '../../core/waiters';
 import type { Dialect, DialectContext, RecordRef, SqlLease, SqlTransaction } from './dialect';
@@ -259,6 +261,32 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
   readonly strictMode: StrictModeSupport = {
     markAmbiguous: (lease, reason) => this.markAmbiguous(lease, reason),
     resolve: (id, resolution) => this.resolve(id, resolution),
+  };
+
+  /**
+   * Receipts: two tables beside the records table (`<table>_receipts` and the
+   * chains' heads), which the store needs only once receipts are on: `check()`
+   * (called at bootstrap) creates them with `ensureSchema`, or names the
+   * migration when they are missing.
+   */
+  readonly receipts: ReceiptSupport = {
+    check: async () => {
+      await this.init();
+      await this.dialect.receipts.check(this.options.ensureSchema ?? false);
+    },
+    append: async (receipt) => {
+      checkReceipt(receipt, 'receipts.append');
+      if (!this.prepared) await this.init();
+      return this.dialect.receipts.append(receipt);
+    },
+    read: async (chain, offset, limit) => {
+      if (!this.prepared) await this.init();
+      return this.dialect.receipts.read(chain, offset, limit);
+    },
+    head: async (chain) => {
+      if (!this.prepared) await this.init();
+      return this.dialect.receipts.head(chain);
+    },
   };
 
   /** Recorded steps: a jsonb/JSON column of the record, written fenced by the lease. */

@@ -21,6 +21,9 @@ import {
   STRICT_MODE_MIGRATION,
   TableName,
 } from '../sql/table';
+import { mysqlReceiptsTableSql } from '../sql/mysql/receipts';
+import { receiptsTableSql } from '../sql/postgres/receipts';
+import { RECEIPTS_MIGRATION } from '../sql/receipt-tables';
 
 type MigrationClass = new () => MigrationInterface;
 
@@ -153,6 +156,24 @@ export function createIdempotencyMigrations(name: Partial<TableName> = {}): Migr
         // Going back would drop suspended records' answers and states: their resumptions would be lost.
         throw new Error(
           `${CONTINUATIONS_MIGRATION} cannot be reverted: suspended records would lose their answer and state, and their resumptions could not be admitted; restore a backup instead`,
+        );
+      }
+    },
+    class AddIdempotencyReceipts1764979200000 implements MigrationInterface {
+      name = RECEIPTS_MIGRATION;
+
+      async up(queryRunner: QueryRunner): Promise<void> {
+        const sql =
+          dialectOf(queryRunner) === 'mysql'
+            ? mysqlReceiptsTableSql(mysqlTarget)
+            : receiptsTableSql(target);
+        for (const statement of sql) await queryRunner.query(statement);
+      }
+
+      async down(): Promise<void> {
+        // Going back would drop the receipts, the only record of what ended: refused.
+        throw new Error(
+          `${RECEIPTS_MIGRATION} cannot be reverted: the receipts would be lost; archive them and drop the tables ${target.table}_receipts and ${target.table}_receipt_heads yourself if you mean to`,
         );
       }
     },

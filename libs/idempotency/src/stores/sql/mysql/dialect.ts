@@ -45,6 +45,7 @@ import { bind, Statement } from './sql';
 import { buildMysqlStatements, MysqlStatements } from './statements';
 import { isLockConflict } from './unavailable';
 import { WakePoller, WakeWatch } from './wake-poller';
+import { MysqlReceipts } from './receipts';
 
 /** Default for `crossInstancePollMs`: the longest gap between two checks of a waited-on record. */
 export const DEFAULT_CROSS_INSTANCE_POLL_MS = 32;
@@ -146,6 +147,7 @@ export class MysqlDialect implements Dialect {
   private database: string | undefined;
   private statements?: MysqlStatements;
   private poller?: WakePoller;
+  private receiptStatements?: MysqlReceipts;
   private readonly crossInstancePollMs: number;
   private readonly order = new AcquireOrder();
   /** Every statement's bound (`operationTimeoutMs`), one timer between them. */
@@ -173,6 +175,12 @@ export class MysqlDialect implements Dialect {
       () => this.sql,
       context.waiters,
     );
+  }
+
+  /** Receipts: known once `prepare` found the database. */
+  get receipts(): MysqlReceipts {
+    if (!this.receiptStatements) throw new Error('MysqlDialect used before prepare()');
+    return this.receiptStatements;
   }
 
   get product(): string {
@@ -208,6 +216,12 @@ export class MysqlDialect implements Dialect {
     // RETURNING where TypeORM itself uses it: a `mariadb` DataSource on MariaDB 10.5 or later.
     const returning = this.type === 'mariadb' && mariadb && atLeast(server.version, [10, 5]);
     this.statements = buildMysqlStatements(name, { returning });
+    this.receiptStatements = new MysqlReceipts(
+      name,
+      this.connection,
+      this.productName,
+      context.timeoutMs,
+    );
     if (ensureSchema) {
       // CREATE … IF NOT EXISTS is atomic under the server's metadata lock: instances
       // that start together need no lock of their own.

@@ -6,6 +6,7 @@ import {
   PREDATES_STRICT_MODE,
 } from '../table';
 import { MysqlTableName, mysqlQualified, quoteMysqlIdent } from './sql';
+import { mysqlReceiptsTableSql } from './receipts';
 
 /**
  * The records table on MySQL and MariaDB: the same logical table as on
@@ -86,7 +87,7 @@ function createTable(name: MysqlTableName, strict: boolean): string {
 
 /** The table in its current shape, strict mode included (a fresh `ensureSchema`, `mysqlSchemaSql`). */
 export function mysqlCurrentTableSql(name: MysqlTableName): string[] {
-  return [createTable(name, true)];
+  return [createTable(name, true), ...mysqlReceiptsTableSql(name)];
 }
 
 /** Runs one statement with `?` parameters and returns its rows (or OK packet). */

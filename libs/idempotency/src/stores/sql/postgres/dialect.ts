@@ -33,6 +33,7 @@ import type { PgConnection } from './pool';
 import { preparedName, storeQuery, StoreResult } from './query';
 import { assertTableShape, ColumnRow, COLUMNS_QUERY, PRIMARY_KEY_QUERY, schemaSql } from './schema';
 import { buildStatements, HOT_STATEMENTS, Statements } from './statements';
+import { PgReceipts } from './receipts';
 import { isUnavailable } from './unavailable';
 
 interface PeekRow {
@@ -139,6 +140,7 @@ export class PostgresDialect implements Dialect {
   private readonly deadlines: Deadlines;
   private readonly order = new AcquireOrder();
   private listener?: PgNotificationListener;
+  readonly receipts: PgReceipts;
 
   constructor(
     private readonly context: DialectContext,
@@ -152,6 +154,13 @@ export class PostgresDialect implements Dialect {
     }
     this.channel = channelFor(this.tableName);
     this.deadlines = new Deadlines(context.timeoutMs);
+    this.receipts = new PgReceipts(this.tableName, (operation, text, values, logged) =>
+      this.query(operation, text, values, logged),
+    );
+    if (context.preparedStatements) {
+      const append = this.receipts.appendSql;
+      this.preparedNames.set(append, preparedName('receipt', append));
+    }
   }
 
   async prepare(ensureSchema: boolean): Promise<void> {

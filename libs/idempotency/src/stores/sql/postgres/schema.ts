@@ -7,6 +7,7 @@ import {
   PREDATES_STRICT_MODE,
   TableName,
 } from '../table';
+import { receiptsTableSql } from './receipts';
 
 /**
  * The records table and how it got its shape. Each step is idempotent, so the
@@ -135,6 +136,7 @@ export function schemaSql(name: TableName): string[] {
     ...strictModeTableSql(name),
     ...stepsTableSql(name),
     ...continuationsTableSql(name),
+    ...receiptsTableSql(name),
   ];
 }
 
