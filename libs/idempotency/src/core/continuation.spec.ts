@@ -111,4 +111,17 @@ describe('ctx.suspend and engine.resume', () => {
     expect(JSON.stringify(events)).not.toContain('"k"');
     expect(token).toMatch(/^[0-9a-f]{64}\.[A-Za-z0-9_-]{22}$/);
   });
+
+  it('appends no receipt for a suspension, and one when the resumption completes the record', async () => {
+    const store = new InMemoryIdempotencyStore();
+    const engine = new IdempotencyEngine(store, { logger: quiet, receipts: true });
+    const receipts: IdempotencyEvent[] = [];
+    engine.onEvent((event) => {
+      if (event.type === 'receipt-appended') receipts.push(event);
+    });
+    const { policy, token } = await suspended(engine, 'pay', 'k');
+    expect(receipts).toEqual([]);
+    await engine.resume(policy, token, async () => 'paid');
+    expect(receipts).toEqual([expect.objectContaining({ scope: 'pay', outcome: 'completed' })]);
+  });
 });

@@ -5,6 +5,7 @@ import { IdempotencyConfigError, IdempotencyResumptionRefusedError } from './err
 import { Execution, type CompletionResult, type Holding } from './execution';
 import { storedKeyDigest, storedScope } from './key';
 import type { ExecutionPolicy } from './policy';
+import { chainOfRecord } from './receipt-writer';
 import { refusalOf, type Refusal } from './refusal';
 import type { EngineRuntime } from './runtime';
 import { RecordedSteps } from './steps';
@@ -61,7 +62,14 @@ export async function admitResumption(
   const { scope: stored, key } = result.id;
   const lease = result.lease;
   const digest = storedKeyDigest(stored, key);
-  const execution = new Execution(runtime, resumes.scope, digest, lease, policy);
+  const execution = new Execution(
+    runtime,
+    resumes.scope,
+    digest,
+    lease,
+    policy,
+    runtime.receipts ? chainOfRecord(stored, key) : undefined,
+  );
   const context = new IdempotencyContext(
     { scope: resumes.scope, key, tenant: tenantOf(stored, resumes.scope) },
     'resumption',
