@@ -17,9 +17,9 @@ import { keySourceText } from './doors/door';
 import { requireGraphql } from './doors/graphql/graphql-errors';
 import { ScopeClaim, settleSharedScopes } from './config/shared-scopes';
 import { preserveKafkaBytes } from './doors/messages/kafka-bytes';
-import { loadMicroservices } from './doors/messages/microservices';
+import { microservices } from './doors/messages/microservices';
 import { recordRmqConsumerAck } from './doors/messages/rmq-settlement';
-import { loadWebsockets } from './doors/gateway/websockets';
+import { websockets } from './doors/gateway/websockets';
 import { ProviderMethodsBinder } from './doors/provider-methods/provider-methods.binder';
 import { settleAsPlain } from './doors/provider-methods/provider-method.registry';
 
@@ -129,12 +129,12 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     // Message handlers: @nestjs/microservices is loaded now (a missing package fails the
     // bootstrap), Kafka keys keep their bytes, and RabbitMQ deliveries say their consumer's noAck. Mutations: graphql, the same way.
     if (this.hasMessageHandlers) {
-      await loadMicroservices();
+      await microservices.load();
       preserveKafkaBytes();
       recordRmqConsumerAck();
     }
     if (this.hasGraphqlMutations) await requireGraphql();
-    if (this.hasGatewayHandlers) await loadWebsockets();
+    if (this.hasGatewayHandlers) await websockets.load();
     await this.settings.store.init?.();
     // Receipts on: their tables must be there (SQL), or the bootstrap fails naming the migration.
     if (this.settings.options.receipts) await this.settings.store.receipts?.check();

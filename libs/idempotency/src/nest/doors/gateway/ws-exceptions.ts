@@ -31,7 +31,7 @@ let factory: WsExceptionFactory | undefined;
  */
 export function wsException(error: IdempotencyWsError, inFlight?: InFlightFields): Error {
   if (!factory) {
-    const { WsException } = websockets();
+    const { WsException } = websockets.get();
 
     class IdempotencyWsException extends WsException {
       readonly code: string;

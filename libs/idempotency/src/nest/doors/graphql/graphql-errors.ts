@@ -1,24 +1,13 @@
 import { IntrinsicException } from '@nestjs/common';
-import { IdempotencyConfigError } from '../../../core/errors';
-import { optionalPeer, preloadOptionalPeer } from '../../../core/optional-peer';
+import { DoorPeer } from '../door-peer';
 
 type GraphQL = typeof import('graphql');
 
-let loaded: GraphQL | undefined;
-
 /** `graphql`, loaded at bootstrap when the application has mutations: only GraphQL applications install it. */
+const peer = new DoorPeer<GraphQL>('graphql', 'GraphQL mutations need the graphql package');
+
 export function graphqlModule(): GraphQL {
-  if (!loaded) {
-    try {
-      loaded = optionalPeer<GraphQL>('graphql');
-    } catch (error) {
-      throw new IdempotencyConfigError(
-        `@Idempotent GraphQL mutations need the graphql package, which could not be loaded: ${(error as Error).message}`,
-        { cause: error },
-      );
-    }
-  }
-  return loaded;
+  return peer.get();
 }
 
 /** The stable `extensions.code` of each refusal. */
@@ -75,7 +64,6 @@ export function isGraphqlRefusal(error: unknown): boolean {
 }
 
 /** Loads `graphql` at bootstrap (with `import()` where `require` cannot), failing it when the package is missing, rather than the first mutation. */
-export async function requireGraphql(): Promise<void> {
-  await preloadOptionalPeer('graphql');
-  graphqlModule();
+export function requireGraphql(): Promise<void> {
+  return peer.load();
 }

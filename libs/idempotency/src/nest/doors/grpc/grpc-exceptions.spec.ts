@@ -1,13 +1,13 @@
 import { Metadata, status } from '@grpc/grpc-js';
 import { IdempotencyInFlightError } from '../../../core/errors';
-import { loadMicroservices } from '../messages/microservices';
+import { microservices } from '../messages/microservices';
 import { grpcExceptions } from './grpc-exceptions';
 
 type StatusError = { code: number; details: string; metadata: Metadata };
 
 /** Each refusal's status and trailers, as docs/grpc.md's table states them. */
 describe('grpcExceptions', () => {
-  beforeAll(() => loadMicroservices());
+  beforeAll(() => microservices.load());
 
   const statusOf = (exception: unknown) => (exception as { getError(): StatusError }).getError();
 

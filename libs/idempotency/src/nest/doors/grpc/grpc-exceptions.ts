@@ -29,7 +29,7 @@ let exceptionClass: GrpcExceptionClass | undefined;
 /** Made on first use: it extends `@nestjs/microservices`' `RpcException`, an optional peer. */
 function grpcExceptionClass(): GrpcExceptionClass {
   if (exceptionClass) return exceptionClass;
-  const { RpcException } = microservices();
+  const { RpcException } = microservices.get();
 
   class IdempotencyGrpcException extends RpcException {
     readonly grpcStatus: number;

@@ -19,7 +19,7 @@ export interface RawKafkaBytes {
  * has message handlers.
  */
 export function preserveKafkaBytes(): void {
-  const { KafkaParser } = microservices();
+  const { KafkaParser } = microservices.get();
   const prototype = KafkaParser.prototype as unknown as Record<symbol | string, unknown> & {
     parse(data: unknown): unknown;
   };

@@ -14,7 +14,7 @@ import { microservices } from './microservices';
 export function messageView(context: ExecutionContext): Record<string, unknown> {
   const rpcContext = context.switchToRpc().getContext() as unknown;
   const { KafkaContext, RmqContext, NatsContext, MqttContext, RedisContext, TcpContext } =
-    microservices();
+    microservices.get();
   if (rpcContext instanceof KafkaContext) {
     const message = rpcContext.getMessage() as unknown as Record<string, unknown>;
     // The broker's bytes where they were kept; Nest's parsed text otherwise.

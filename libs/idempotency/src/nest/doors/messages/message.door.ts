@@ -214,7 +214,7 @@ export class MessageDoor extends Door {
   }
 
   private isKafkaEvent(context: ExecutionContext, plan: HandlerPlan): boolean {
-    const { KafkaContext } = microservices();
+    const { KafkaContext } = microservices.get();
     return plan.isEvent === true && context.switchToRpc().getContext() instanceof KafkaContext;
   }
 }

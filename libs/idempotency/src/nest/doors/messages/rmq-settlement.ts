@@ -22,7 +22,7 @@ const PATCHED = Symbol.for('nest-idempotency.rmq-server-patched');
  * unmarked, and `rmq.noAck` decides.
  */
 export function recordRmqConsumerAck(): void {
-  const { ServerRMQ } = microservices();
+  const { ServerRMQ } = microservices.get();
   const prototype = ServerRMQ.prototype as unknown as Record<symbol, unknown> & {
     handleMessage(message: unknown, channel: unknown): Promise<void>;
   };
@@ -48,7 +48,7 @@ export function recordRmqConsumerAck(): void {
  */
 export function consumerNoAck(context: ExecutionContext): boolean | undefined {
   const rpcContext = context.switchToRpc().getContext() as unknown;
-  const { RmqContext } = microservices();
+  const { RmqContext } = microservices.get();
   if (!(rpcContext instanceof RmqContext)) return undefined;
   const message = rpcContext.getMessage() as Record<symbol, unknown> | undefined;
   const value = message?.[CONSUMER_NO_ACK];
@@ -72,7 +72,7 @@ export function settleDelivery(
   retryAfterMs = 0,
 ): void {
   const rpcContext = context.switchToRpc().getContext() as unknown;
-  const { RmqContext } = microservices();
+  const { RmqContext } = microservices.get();
   if (!(rpcContext instanceof RmqContext)) return;
   if (consumerNoAck(context) ?? rules.noAck) return;
   const channel = rpcContext.getChannelRef() as {

@@ -41,7 +41,7 @@ let classes: RpcExceptions | undefined;
  */
 export function rpcExceptions(): RpcExceptions {
   if (classes) return classes;
-  const { KafkaRetriableException, RpcException } = microservices();
+  const { KafkaRetriableException, RpcException } = microservices.get();
 
   class IdempotencyInFlightRpcException extends KafkaRetriableException {
     readonly status = 'in-flight';
