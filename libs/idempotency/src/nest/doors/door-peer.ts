@@ -13,8 +13,8 @@ export class DoorPeer<T> {
 
   constructor(
     private readonly name: OptionalPeer,
-    /** What needs it, as the error says: `'message handlers need @nestjs/microservices'`. */
-    private readonly need: string,
+    /** The start of the error when it is missing, naming what needs it (the cause's message follows). */
+    private readonly unavailable: string,
   ) {}
 
   /** The package, loaded when first asked (after `load`, at once). */
@@ -23,10 +23,9 @@ export class DoorPeer<T> {
       try {
         this.loaded = optionalPeer<T>(this.name);
       } catch (error) {
-        throw new IdempotencyConfigError(
-          `@Idempotent ${this.need}, which could not be loaded: ${(error as Error).message}`,
-          { cause: error },
-        );
+        throw new IdempotencyConfigError(`${this.unavailable}${(error as Error).message}`, {
+          cause: error,
+        });
       }
     }
     return this.loaded;

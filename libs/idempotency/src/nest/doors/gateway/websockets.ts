@@ -8,5 +8,5 @@ type Websockets = typeof import('@nestjs/websockets');
  */
 export const websockets = new DoorPeer<Websockets>(
   '@nestjs/websockets',
-  'gateway handlers need @nestjs/websockets',
+  '@Idempotent gateway handlers need @nestjs/websockets, which could not be loaded: ',
 );

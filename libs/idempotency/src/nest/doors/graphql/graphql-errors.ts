@@ -4,7 +4,10 @@ import { DoorPeer } from '../door-peer';
 type GraphQL = typeof import('graphql');
 
 /** `graphql`, loaded at bootstrap when the application has mutations: only GraphQL applications install it. */
-const peer = new DoorPeer<GraphQL>('graphql', 'GraphQL mutations need the graphql package');
+const peer = new DoorPeer<GraphQL>(
+  'graphql',
+  '@Idempotent GraphQL mutations need the graphql package, which could not be loaded: ',
+);
 
 export function graphqlModule(): GraphQL {
   return peer.get();

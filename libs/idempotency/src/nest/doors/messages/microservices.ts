@@ -9,5 +9,5 @@ type Microservices = typeof import('@nestjs/microservices');
  */
 export const microservices = new DoorPeer<Microservices>(
   '@nestjs/microservices',
-  'message handlers need @nestjs/microservices',
+  '@Idempotent message handlers need @nestjs/microservices, which could not be loaded: ',
 );
