@@ -12,7 +12,7 @@ import { RedisIdempotencyStore } from '../../libs/idempotency/src/redis';
 import { connectIoredis, connectIoredisCluster } from '../support/ioredis';
 import { describeIfRedis } from '../support/redis';
 import {
-  clusterNodes,
+  settledClusterNodes,
   hasRedisBinaries,
   RedisServers,
   startCluster,
@@ -212,7 +212,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         waitForReplicas: { replicas: 1, timeoutMs: 300 },
         logger: logs,
       });
-      const nodes = clusterNodes(servers.ports[0]);
+      const nodes = await settledClusterNodes(servers.ports[0], 1);
       try {
         // Keys until two land on different masters.
         const masterOf = async (key: string) => {

@@ -288,6 +288,26 @@ export function clusterNodes(port: number): ClusterNode[] {
     });
 }
 
+/**
+ * `clusterNodes` once the node at `port` knows the whole cluster: every
+ * master that serves slots has as many replicas as asked, each with its
+ * port (gossip reaches a node a little after the cluster formed).
+ */
+export async function settledClusterNodes(port: number, replicas: number): Promise<ClusterNode[]> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const nodes = clusterNodes(port);
+    const masters = nodes.filter((n) => n.role === 'master' && n.slots.length > 0);
+    const known = (master: ClusterNode) =>
+      nodes.filter((n) => n.masterId === master.id && n.port > 0).length >= replicas;
+    if (masters.length > 0 && masters.every(known) && nodes.every((n) => n.port > 0)) return nodes;
+    if (Date.now() > deadline) {
+      throw new Error(`the node on ${port} did not learn every replica within 20 s`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
 /** Waits until every replica in the cluster reports `master_link_status:up`. */
 export async function replicasInSync(ports: number[], deadline: number): Promise<void> {
   for (;;) {
