@@ -407,7 +407,7 @@ export class Execution implements Holding {
       try {
         await store.complete(this.lease, payload);
         this.completed(workMs);
-        await this.receipt('completed', payload);
+        if (this.receiptChain !== undefined) await this.receipt('completed', payload);
         return 'stored';
       } catch (error) {
         if (error instanceof IdempotencyLeaseLostError) {

@@ -68,9 +68,9 @@ export interface CallWork<T> {
   returned?(value: T): void;
   /**
    * The stored form of what the caller receives (`keyDigest` names the
-   * record in a log line). A throw counts as `not-storable`.
+   * record in a log line; it is computed when called). A throw counts as `not-storable`.
    */
-  capture(value: T, keyDigest: string): Capture | Promise<Capture>;
+  capture(value: T, keyDigest: () => string): Capture | Promise<Capture>;
   /** `completion: 'transaction'`: the runner the work and the record's completion share. */
   transaction?: TransactionRunner;
   /**
@@ -354,12 +354,22 @@ async function suspend<T>(
   return { kind: 'executed', value, continuation: token };
 }
 
-async function captureOf<T>(work: CallWork<T>, value: T, execution: Holding): Promise<Capture> {
+/** The work's `capture`, where a throw (or a rejection) is `not-storable`; without a promise of its own. */
+function captureOf<T>(
+  work: CallWork<T>,
+  value: T,
+  execution: Holding,
+): Capture | Promise<Capture> {
   try {
-    return await work.capture(value, execution.keyDigest);
+    const capture = work.capture(value, () => execution.keyDigest);
+    return capture instanceof Promise ? capture.then(undefined, notStorable) : capture;
   } catch (error) {
-    return { kind: 'not-storable', reason: (error as Error).message, cause: error };
+    return notStorable(error);
   }
+}
+
+function notStorable(error: unknown): Capture {
+  return { kind: 'not-storable', reason: (error as Error).message, cause: error };
 }
 
 async function complete<T>(

@@ -23,7 +23,7 @@ import {
 
 /** What a door adds to the handler's chain: how its result is captured, and what runs around it. */
 export interface DoorCapture {
-  capture(value: unknown, keyDigest: string): Capture | Promise<Capture>;
+  capture(value: unknown, keyDigest: () => string): Capture | Promise<Capture>;
   returned?(value: unknown): void;
   /** Wraps each run of the chain (HTTP holds its response back when the result is captured). */
   around?(capturing: boolean, run: () => Promise<unknown>): Promise<unknown>;
@@ -50,7 +50,14 @@ export abstract class Door {
   /** Serves one call of an `@Idempotent` handler. */
   handle(context: ExecutionContext, next: CallHandler, plan: HandlerPlan): Observable<unknown> {
     return new Observable((subscriber) => {
-      this.serve(context, next, plan).then(
+      let served: Promise<unknown>;
+      try {
+        served = this.serve(context, next, plan);
+      } catch (error) {
+        subscriber.error(error);
+        return;
+      }
+      served.then(
         (value) => {
           subscriber.next(value);
           subscriber.complete();

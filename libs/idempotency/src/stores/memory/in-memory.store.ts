@@ -409,7 +409,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       )
     ) {
       const leaseId = randomUUID();
-      this.records.set(id, {
+      const record: MemoryRecord = {
         scope: request.scope,
         key: request.key,
         state: 'IN_PROGRESS',
@@ -420,9 +420,10 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         completedAt: null,
         fingerprint: request.fingerprint,
         payload: null,
-        // A takeover of an expired lease keeps what the earlier holder recorded.
-        ...(existing?.state === 'IN_PROGRESS' && existing.steps ? { steps: existing.steps } : {}),
-      });
+      };
+      // A takeover of an expired lease keeps what the earlier holder recorded.
+      if (existing?.state === 'IN_PROGRESS' && existing.steps) record.steps = existing.steps;
+      this.records.set(id, record);
       const lease: MemoryLease = { id, leaseId, leaseMs: request.leaseMs, ttlMs: request.ttlMs };
       return { kind: 'acquired', lease, stolen: existing !== undefined };
     }

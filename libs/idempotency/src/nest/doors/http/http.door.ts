@@ -49,7 +49,7 @@ export class HttpDoor extends Door {
     super(engine, settings, logger, transactions);
   }
 
-  protected async serve(
+  protected serve(
     context: ExecutionContext,
     next: CallHandler,
     plan: HandlerPlan,
@@ -67,15 +67,24 @@ export class HttpDoor extends Door {
       this.work(next, plan, capture),
       plan.resumes === undefined ? undefined : continuationHeader(request),
     );
-    const answered = outcome.then(
-      (done) => this.render(done, plan, response, res, capture),
+    // The handler's value goes on as soon as it returns (`returned`); the outcome
+    // settles `value` first only when the handler did not return (a replay, a refusal, a failure).
+    const { value } = capture;
+    outcome.then(
+      (done) => {
+        try {
+          value.resolve(this.render(done, plan, response, res, capture));
+        } catch (error) {
+          value.reject(error);
+        }
+      },
       (error: unknown) => {
         // Whatever failed after the handler returned, its response goes out as written.
         capture.answerAsWritten();
-        throw error;
+        value.reject(error);
       },
     );
-    return Promise.race([capture.value.promise, answered]);
+    return value.promise;
   }
 
   private render(
@@ -114,7 +123,7 @@ export class HttpDoor extends Door {
   private stored(
     plan: HandlerPlan,
     finished: FinishedResponse,
-    keyDigest: string,
+    keyDigest: () => string,
     continuation: string | undefined,
   ): Capture {
     let record;
@@ -130,7 +139,7 @@ export class HttpDoor extends Door {
     }
     if (record.status >= 500) {
       this.logger.warn(
-        `${plan.where}: the response sent after the handler returned is a ${record.status}; it is stored and replayed for ${keyDigest}, since the handler ran`,
+        `${plan.where}: the response sent after the handler returned is a ${record.status}; it is stored and replayed for ${keyDigest()}, since the handler ran`,
       );
     }
     return { kind: 'stored', payload: encodeHttpResponse(record) };

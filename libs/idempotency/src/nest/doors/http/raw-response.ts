@@ -69,6 +69,9 @@ export class HeldResponse {
       if (typeof a === 'function') this.addCallback(a as Callback);
       else this.collect(a, b, c);
       this.restore();
+      // Ended, as far as the application can tell (writableEnded): Fastify's reply then
+      // settles at once instead of waiting for the socket, and a late write is refused.
+      res.finished = true;
       void this.flush();
       return res;
     }) as End;
@@ -149,6 +152,8 @@ export class HeldResponse {
             for (const callback of callbacks) callback(error);
           };
     if (res.destroyed) return done?.();
+    // Node's own end() does nothing on a response it thinks has ended.
+    res.finished = false;
     if (outgoing.kind === 'as-finished') {
       if (this.held) res.writeHead(this.status, given);
       // One string goes back as it came, so Node writes it with the head in one piece.

@@ -4,6 +4,7 @@ import type { DoorCapture } from '../door';
 import { FinishedResponse, HeldResponse, Outgoing } from './raw-response';
 
 const AS_FINISHED: Outgoing = { kind: 'as-finished' };
+const ANSWERED_EARLY: Capture = { kind: 'answered-early' };
 
 /**
  * One HTTP call's result as its client receives it. The handler's value goes
@@ -24,7 +25,7 @@ export class ResponseCapture implements DoorCapture {
   constructor(
     private readonly res: ServerResponse,
     /** The stored form of a finished response, for the record `keyDigest` names. */
-    private readonly store: (finished: FinishedResponse, keyDigest: string) => Capture,
+    private readonly store: (finished: FinishedResponse, keyDigest: () => string) => Capture,
   ) {}
 
   around = async (capturing: boolean, run: () => Promise<unknown>): Promise<unknown> => {
@@ -51,9 +52,9 @@ export class ResponseCapture implements DoorCapture {
     this.value.resolve(value);
   };
 
-  capture = async (_value: unknown, keyDigest: string): Promise<Capture> => {
-    if (this.answeredEarly) return { kind: 'answered-early' };
-    return this.store(await this.finished.promise, keyDigest);
+  capture = (_value: unknown, keyDigest: () => string): Capture | Promise<Capture> => {
+    if (this.answeredEarly) return ANSWERED_EARLY;
+    return this.finished.promise.then((finished) => this.store(finished, keyDigest));
   };
 
   /** What goes out in place of the held response; `undefined`: the response as written. */
