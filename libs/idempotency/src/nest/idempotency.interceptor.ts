@@ -16,7 +16,8 @@ import { MessageDoor } from './doors/messages/message.door';
 import { IdempotencyExplorer } from './idempotency.explorer';
 import { IdempotentMetadata } from './idempotent.metadata';
 
-const seen = new WeakSet<ExecutionContext>();
+/** Marks a call's context once the interceptor acted on it (a property: cheaper than a WeakSet entry per call). */
+const SEEN = Symbol('nest-idempotency.seen');
 /** How long a call that arrives before the plans are compiled waits for them (see `whenCompiled`). */
 const BEFORE_INIT_WAIT_MS = 60_000;
 
@@ -64,8 +65,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     }
     // @Idempotent on a class and on its method applies the interceptor twice; Nest
     // hands both the same context for one call, and only the first one acts.
-    if (!plan || seen.has(context)) return next.handle();
-    seen.add(context);
+    if (!plan || (context as { [SEEN]?: true })[SEEN]) return next.handle();
+    (context as { [SEEN]?: true })[SEEN] = true;
     switch (context.getType<string>()) {
       case 'http':
         return this.http!.handle(context, next, plan);

@@ -8,7 +8,9 @@ import type {
   CallRequest,
   CallWork,
   Capture,
+  Invocation,
 } from '../../core/lifecycle';
+import type { TransactionRunner } from '../../core/store';
 import type { IdempotencyLogger } from '../../core/logger';
 import type { HandlerPlan } from '../config/handler-plan';
 import type { KeySource } from '../config/handler-options';
@@ -25,8 +27,10 @@ import {
 export interface DoorCapture {
   capture(value: unknown, keyDigest: () => string): Capture | Promise<Capture>;
   returned?(value: unknown): void;
-  /** Wraps each run of the chain (HTTP holds its response back when the result is captured). */
-  around?(capturing: boolean, run: () => Promise<unknown>): Promise<unknown>;
+  /** Before each run of the chain: whether its result is captured (HTTP holds its response back then). */
+  starting?(capturing: boolean): void;
+  /** A run of the chain threw (HTTP lets the error response go out as it is). */
+  failed?(): void;
   /** `ctx.suspend`: what goes on for the answer, carrying the token (HTTP only). */
   suspended?(answer: unknown, token: string): unknown;
 }
@@ -108,16 +112,12 @@ export abstract class Door {
    * completes its record.
    */
   protected work(next: CallHandler, plan: HandlerPlan, door: DoorCapture): CallWork<unknown> {
-    const entry = plan.policy.strict ? new HandlerEntry() : undefined;
-    const run = () => handleNext(next, entry);
-    return {
-      invoke: door.around ? ({ capturing }) => door.around!(capturing, run) : run,
-      entered: () => entry?.entered ?? true,
-      returned: door.returned,
-      capture: door.capture,
-      suspended: door.suspended,
-      transaction: transactionFor(plan, this.transactions, this.engine.store),
-    };
+    return new ChainWork(
+      next,
+      door,
+      plan.policy.strict ? new HandlerEntry() : undefined,
+      transactionFor(plan, this.transactions, this.engine.store),
+    );
   }
 
   /** The identity of a call keyed from `source` by the plan's key expression or function. */
@@ -148,6 +148,47 @@ export abstract class Door {
       tenant: tenant.tenant,
       untenantedFallback: tenant.derived,
     };
+  }
+}
+
+/**
+ * The handler's chain as the lifecycle's work, with its door's capture. A
+ * class rather than an object of closures: one allocation per call.
+ */
+class ChainWork implements CallWork<unknown> {
+  readonly suspended?: (answer: unknown, token: string) => unknown;
+
+  constructor(
+    private readonly next: CallHandler,
+    private readonly door: DoorCapture,
+    /** Strict mode: whether the handler's own body began. */
+    private readonly entry: HandlerEntry | undefined,
+    readonly transaction: TransactionRunner | undefined,
+  ) {
+    if (door.suspended) this.suspended = (answer, token) => door.suspended!(answer, token);
+  }
+
+  invoke({ capturing }: Invocation): Promise<unknown> {
+    const door = this.door;
+    door.starting?.(capturing);
+    const run = handleNext(this.next, this.entry);
+    if (!door.failed) return run;
+    return run.catch((error: unknown) => {
+      door.failed!();
+      throw error;
+    });
+  }
+
+  entered(): boolean {
+    return this.entry?.entered ?? true;
+  }
+
+  returned(value: unknown): void {
+    this.door.returned?.(value);
+  }
+
+  capture(value: unknown, keyDigest: () => string): Capture | Promise<Capture> {
+    return this.door.capture(value, keyDigest);
   }
 }
 

@@ -71,7 +71,7 @@ export class GraphqlDoor extends Door {
       }),
     });
     // A resolver that returns an Error is reported by GraphQL as if it threw one: so it counts.
-    const invoke = work.invoke;
+    const invoke = work.invoke.bind(work);
     work.invoke = async (invocation) => {
       const value = await invoke(invocation);
       if (value instanceof Error) throw value;

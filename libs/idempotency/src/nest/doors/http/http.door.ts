@@ -100,7 +100,7 @@ export class HttpDoor extends Door {
       case 'replayed': {
         const stored = replayedResponse(outcome.payload, plan);
         // Whatever the chain makes of the value on its way out, the stored bytes are written.
-        new HeldResponse(res, async (finished) => replayOf(stored, finished));
+        new HeldResponse(res, (finished) => replayOf(stored, finished));
         return valueOf(stored);
       }
       case 'executed': {
@@ -237,7 +237,7 @@ export class HttpDoor extends Door {
     const adapter = this.adapterHost.httpAdapter;
     for (const [name, value] of Object.entries(exception.headers))
       adapter.setHeader(response, name, value);
-    new HeldResponse(nodeResponse(response), async (finished) =>
+    new HeldResponse(nodeResponse(response), (finished) =>
       isProblem(finished, exception)
         ? {
             kind: 'replace',

@@ -49,7 +49,7 @@ export class HeldResponse {
 
   constructor(
     private readonly res: ServerResponse,
-    private readonly decide: (finished: FinishedResponse) => Promise<Outgoing>,
+    private readonly decide: (finished: FinishedResponse) => Outgoing | Promise<Outgoing>,
   ) {
     // Whatever is there now (the prototype's methods, or another wrapper's) is put back later.
     this.writeHead = res.writeHead;
@@ -72,7 +72,7 @@ export class HeldResponse {
       // Ended, as far as the application can tell (writableEnded): Fastify's reply then
       // settles at once instead of waiting for the socket, and a late write is refused.
       res.finished = true;
-      void this.flush();
+      this.flush();
       return res;
     }) as End;
   }
@@ -125,7 +125,8 @@ export class HeldResponse {
     return toBuffer(this.first, this.firstEncoding);
   }
 
-  private async flush(): Promise<void> {
+  /** Asks `decide` what goes out, and writes it (at once when `decide` answers at once). */
+  private flush(): void {
     const res = this.res;
     // getHeaders() is a fresh object with lower-case names; writeHead's own come on top.
     const headers = res.getHeaders();
@@ -138,12 +139,23 @@ export class HeldResponse {
       headers,
       body: this.body(),
     };
-    let outgoing: Outgoing;
+    let decided: Outgoing | Promise<Outgoing>;
     try {
-      outgoing = await this.decide(finished);
+      decided = this.decide(finished);
     } catch {
-      outgoing = AS_FINISHED;
+      decided = AS_FINISHED;
     }
+    if (decided instanceof Promise) {
+      decided.then(
+        (outgoing) => this.send(outgoing, finished),
+        () => this.send(AS_FINISHED, finished),
+      );
+    } else this.send(decided, finished);
+  }
+
+  private send(outgoing: Outgoing, finished: FinishedResponse): void {
+    const res = this.res;
+    const given = this.headHeaders;
     const callbacks = this.callbacks;
     const done =
       callbacks === undefined

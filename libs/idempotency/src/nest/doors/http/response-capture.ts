@@ -28,34 +28,32 @@ export class ResponseCapture implements DoorCapture {
     private readonly store: (finished: FinishedResponse, keyDigest: () => string) => Capture,
   ) {}
 
-  around = async (capturing: boolean, run: () => Promise<unknown>): Promise<unknown> => {
+  starting(capturing: boolean): void {
     if (capturing) this.held = new HeldResponse(this.res, (finished) => this.decide(finished));
-    try {
-      return await run();
-    } catch (error) {
-      // The handler failed: its error response goes out as it is.
-      this.held?.release();
-      throw error;
-    }
-  };
+  }
+
+  /** The handler failed: its error response goes out as it is. */
+  failed(): void {
+    this.held?.release();
+  }
 
   /** `ctx.suspend`: the token its answer carries (set before the answer is written). */
   continuation: string | undefined = undefined;
 
-  suspended = (answer: unknown, token: string): unknown => {
+  suspended(answer: unknown, token: string): unknown {
     this.continuation = token;
     return answer;
-  };
+  }
 
-  returned = (value: unknown): void => {
+  returned(value: unknown): void {
     this.handlerReturned = true;
     this.value.resolve(value);
-  };
+  }
 
-  capture = (_value: unknown, keyDigest: () => string): Capture | Promise<Capture> => {
+  capture(_value: unknown, keyDigest: () => string): Capture | Promise<Capture> {
     if (this.answeredEarly) return ANSWERED_EARLY;
     return this.finished.promise.then((finished) => this.store(finished, keyDigest));
-  };
+  }
 
   /** What goes out in place of the held response; `undefined`: the response as written. */
   answer(replace: (finished: FinishedResponse) => Outgoing | undefined): void {
