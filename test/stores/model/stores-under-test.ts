@@ -10,7 +10,6 @@ import {
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { RedisIdempotencyStore } from 'nest-idempotency/redis';
-import { storedKeyDigest } from '../../../libs/idempotency/src/core/key';
 import { recordIdOf } from '../../../libs/idempotency/src/stores/sql/table';
 import { AnyRedisClient, command } from '../../support/redis';
 import { ExpiryRule, Snapshot } from './lifecycle-model';
@@ -192,14 +191,15 @@ export function redisUnderTest(
     expiry: 'backend',
     expireLease: (id) => move('le', id),
     expireTtl: (id) => move('e', id),
-    // The store's lease: the record's key names and its digest for log lines.
+    // The store's lease: the record's key names, and its scope and key (for a log line's digest).
     leaseFor: (id, leaseId) =>
       ({
         leaseId,
         leaseMs: LEASE_MS,
         ttlMs: TTL_MS,
         names: store.keys.record(id.scope, id.key),
-        digest: storedKeyDigest(id.scope, id.key),
+        scope: id.scope,
+        key: id.key,
       }) as Lease,
   });
 }

@@ -29,11 +29,14 @@ export interface WaitForRecordOptions {
 }
 
 /**
- * The wait every built-in store shares: take a ticket, look, and while the
- * record is in flight wait for a wake-up (completion or release), the holder's
- * lease to end, the poll, or the caller's `waitTimeoutMs`, whichever is first.
- * The ticket is taken before the look, so a wake-up that arrives while the
- * look is under way is not lost.
+ * The wait every built-in store shares: look, and while the record is in
+ * flight wait for a wake-up (completion or release), the holder's lease to
+ * end, the poll, or the caller's `waitTimeoutMs`, whichever is first.
+ *
+ * No wake-up is lost to a look: a ticket that waits was taken before its
+ * look, or, for the first look (which most calls make alone: the record is
+ * absent or completed), taken after it when the registry sent no wake-up at
+ * all meanwhile; when it did, the loop looks again with a ticket taken first.
  */
 export async function waitForRecord(options: WaitForRecordOptions): Promise<AcquireResult> {
   const { request, look, waiters, waiterId, maxWaiters } = options;
@@ -42,10 +45,12 @@ export async function waitForRecord(options: WaitForRecordOptions): Promise<Acqu
   const deadline = Date.now() + request.waitTimeoutMs;
   let changes = 0;
   let waitedMs = 0;
+  let ticketFirst = false;
   const answer = <T extends AcquireResult>(result: T): T =>
     waitedMs > 0 ? { ...result, waitedMs } : result;
   for (;;) {
-    const ticket = willWait ? waiters.register(waiterId) : undefined;
+    const notified = waiters.notifications;
+    let ticket = willWait && ticketFirst ? waiters.register(waiterId) : undefined;
     try {
       const observed = await look(willWait);
       if (observed.kind === 'acquired') return answer(observed);
@@ -61,6 +66,12 @@ export async function waitForRecord(options: WaitForRecordOptions): Promise<Acqu
       changes = 0;
       const decision = decide(observed.record, request.fingerprint);
       if (decision.kind !== 'busy') return answer(decision);
+      if (willWait && ticket === undefined) {
+        ticketFirst = true;
+        ticket = waiters.register(waiterId);
+        // A wake-up sent during the look may have been this record's: look again, ticket first.
+        if (waiters.notifications !== notified) continue;
+      }
       const waitLeftMs = deadline - Date.now();
       // The ticket counts itself: past the cap, answer at once rather than hold one more.
       if (!ticket || waitLeftMs <= 0 || waiters.size > maxWaiters) {

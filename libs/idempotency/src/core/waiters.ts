@@ -1,13 +1,19 @@
 /**
  * Wake-ups for duplicates waiting on a record, keyed by an opaque record
- * identifier. A ticket is taken *before* the store looks at the record, so a
- * notification that arrives while the look is in progress is not lost.
+ * identifier. A ticket that waits was taken *before* the store's look, or
+ * after a look during which no wake-up was sent at all, so a notification
+ * that arrives while the look is in progress is not lost.
  */
 export class WaiterRegistry {
   /** A record's tickets: one ticket alone (the usual case, no Set made for it), or a Set of them. */
   private readonly tickets = new Map<string, WaitTicket | Set<WaitTicket>>();
   private readonly waitListeners = new Set<(scope: string) => void>();
   private count = 0;
+  /**
+   * Wake-ups sent so far, to any record. A look made without a ticket is
+   * trusted to wait on only when this did not move during it (see `waitForRecord`).
+   */
+  notifications = 0;
 
   /** Subscribes to "a duplicate starts waiting" (see `IdempotencyStore.onWait`); returns the unsubscribe. */
   onWait(listener: (scope: string) => void): () => void {
@@ -31,6 +37,7 @@ export class WaiterRegistry {
   }
 
   notify(id: string): void {
+    this.notifications++;
     const held = this.tickets.get(id);
     if (held === undefined) return;
     if (held instanceof Set) for (const ticket of held) ticket.fire();
@@ -38,6 +45,7 @@ export class WaiterRegistry {
   }
 
   notifyAll(): void {
+    this.notifications++;
     for (const held of this.tickets.values()) {
       if (held instanceof Set) for (const ticket of held) ticket.fire();
       else held.fire();

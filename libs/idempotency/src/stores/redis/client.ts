@@ -113,31 +113,37 @@ export class RedisCommands {
     });
   }
 
-  private async bounded<T>(
-    operation: string,
-    timeoutMs: number,
-    call: () => Promise<T>,
-  ): Promise<T> {
+  /** `call`, answered within `timeoutMs` or refused as unavailable; one promise per command. */
+  private bounded<T>(operation: string, timeoutMs: number, call: () => Promise<T>): Promise<T> {
     if (!this.port.isOpen) {
-      throw new IdempotencyStoreUnavailableError(
-        `Redis is unavailable during ${operation}: the client is not open (connect it before the store is used; was it closed?)`,
+      return Promise.reject(
+        new IdempotencyStoreUnavailableError(
+          `Redis is unavailable during ${operation}: the client is not open (connect it before the store is used; was it closed?)`,
+        ),
       );
     }
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(
         () =>
           reject(new IdempotencyStoreUnavailableError(this.timeoutMessage(operation, timeoutMs))),
         timeoutMs,
       );
+      const failed = (error: unknown) => {
+        clearTimeout(timer);
+        reject(this.translate(operation, timeoutMs, error));
+      };
+      let sent: Promise<T>;
+      try {
+        sent = call();
+      } catch (error) {
+        failed(error);
+        return;
+      }
+      sent.then((value) => {
+        clearTimeout(timer);
+        resolve(value);
+      }, failed);
     });
-    try {
-      return await Promise.race([call(), timeout]);
-    } catch (error) {
-      throw this.translate(operation, timeoutMs, error);
-    } finally {
-      clearTimeout(timer);
-    }
   }
 
   private timeoutMessage(operation: string, timeoutMs: number): string {

@@ -76,9 +76,19 @@ export class RedisKeys {
 /** What `recordLocator` makes: SHA-256 in lowercase hex. */
 const LOCATOR = /^[0-9a-f]{64}$/;
 
+/** Scope digests already computed: an application has a few scopes (times its tenants). */
+const scopeDigests = new Map<string, string>();
+const MAX_REMEMBERED_SCOPES = 10_000;
+
 /** 16 hex characters of SHA-256 over the scope: fixed width whatever the scope's length. */
 function scopeDigest(scope: string): string {
-  return createHash('sha256').update(scope).digest('hex').slice(0, 16);
+  let digest = scopeDigests.get(scope);
+  if (digest === undefined) {
+    digest = createHash('sha256').update(scope).digest('hex').slice(0, 16);
+    if (scopeDigests.size >= MAX_REMEMBERED_SCOPES) scopeDigests.clear();
+    scopeDigests.set(scope, digest);
+  }
+  return digest;
 }
 
 /** The prefix as a literal inside a SCAN MATCH glob. */

@@ -137,11 +137,18 @@ export const REDIS_FROM_URL_OPTION_KEYS = optionKeys<RedisIdempotencyStoreFromUr
 type RedisStoreOptionKey = keyof RedisIdempotencyStoreOptions;
 
 /** The lease a Redis store hands out: the record's names, computed once at acquisition. */
+/**
+ * A lease on a record's hash. It names its record by scope and key (never
+ * logged): the digest a log line shows is computed only then (`storedKeyDigest`).
+ */
 interface RedisLease extends Lease {
   readonly names: RecordNames;
-  /** For log lines: the scope and a digest of the key, never the key. */
-  readonly digest: string;
+  readonly scope: string;
+  readonly key: string;
 }
+
+/** What `awaitReplicas` names in its warnings. */
+type ReplicatedRecord = Pick<RedisLease, 'names' | 'scope' | 'key'>;
 
 /** The oldest servers the store accepts: SCAN … TYPE needs 6.0; sharded pub/sub needs 7.0. */
 const MIN_STANDALONE: [number, number] = [6, 2];
@@ -380,7 +387,8 @@ export class RedisIdempotencyStore<
       leaseMs: request.leaseMs,
       ttlMs: request.ttlMs,
       names,
-      digest: storedKeyDigest(request.scope, request.key),
+      scope: request.scope,
+      key: request.key,
     };
     const hasFingerprint = request.fingerprint !== null;
     let watching = false;
@@ -528,13 +536,7 @@ export class RedisIdempotencyStore<
     const kind = text(reply[0]);
     if (kind !== 'admitted') return { kind: kind as 'consumed' | 'lapsed' | 'unknown' };
     const key = text(reply[1]);
-    const lease: RedisLease = {
-      leaseId,
-      leaseMs,
-      ttlMs,
-      names,
-      digest: storedKeyDigest(scope, key),
-    };
+    const lease: RedisLease = { leaseId, leaseMs, ttlMs, names, scope, key };
     await this.awaitReplicas('continuations.resume', lease);
     return { kind: 'admitted', lease, id: { scope, key }, state: reply[2] ?? Buffer.alloc(0) };
   }
@@ -574,10 +576,7 @@ export class RedisIdempotencyStore<
     }
     const resolvedAt = dateOf(text(reply[1]));
     if (this.replicas) {
-      await this.awaitReplicas('resolve', {
-        names,
-        digest: storedKeyDigest(id.scope, id.key),
-      } as RedisLease);
+      await this.awaitReplicas('resolve', { names, scope: id.scope, key: id.key });
     }
     return { kind: 'resolved', resolvedAt };
   }
@@ -721,7 +720,7 @@ export class RedisIdempotencyStore<
     }
   }
 
-  private async awaitReplicas(operation: string, lease: RedisLease): Promise<void> {
+  private async awaitReplicas(operation: string, lease: ReplicatedRecord): Promise<void> {
     if (!this.replicas) return;
     const { replicas, timeoutMs } = this.replicas;
     try {
@@ -735,13 +734,13 @@ export class RedisIdempotencyStore<
       );
       if (acknowledged < replicas) {
         this.logger.warn(
-          `${operation} of ${lease.digest}: ${acknowledged} of ${replicas} replicas acknowledged within ${timeoutMs} ms; a failover now could lose it`,
+          `${operation} of ${storedKeyDigest(lease.scope, lease.key)}: ${acknowledged} of ${replicas} replicas acknowledged within ${timeoutMs} ms; a failover now could lose it`,
         );
       }
     } catch (error) {
       // The write itself succeeded: report, do not fail the call (a retry would be refused).
       this.logger.warn(
-        `${operation} of ${lease.digest}: WAIT for ${replicas} replicas failed: ${(error as Error).message}`,
+        `${operation} of ${storedKeyDigest(lease.scope, lease.key)}: WAIT for ${replicas} replicas failed: ${(error as Error).message}`,
       );
     }
   }
