@@ -355,11 +355,7 @@ async function suspend<T>(
 }
 
 /** The work's `capture`, where a throw (or a rejection) is `not-storable`; without a promise of its own. */
-function captureOf<T>(
-  work: CallWork<T>,
-  value: T,
-  execution: Holding,
-): Capture | Promise<Capture> {
+function captureOf<T>(work: CallWork<T>, value: T, execution: Holding): Capture | Promise<Capture> {
   try {
     const capture = work.capture(value, () => execution.keyDigest);
     return capture instanceof Promise ? capture.then(undefined, notStorable) : capture;

@@ -216,7 +216,7 @@ export class RedisIdempotencyStore<
         value,
       ]);
       if (Number(outcome) === 0) throw stepLeaseLost('steps.record');
-      await this.awaitReplicas('steps.record', lease as RedisLease);
+      if (this.replicas) await this.awaitReplicas('steps.record', lease as RedisLease);
     },
     list: async (id) => {
       checkRecordId(id, 'steps.list');
@@ -479,7 +479,7 @@ export class RedisIdempotencyStore<
         'complete refused: the record is no longer held under this lease',
       );
     }
-    await this.awaitReplicas('complete', lease as RedisLease);
+    if (this.replicas) await this.awaitReplicas('complete', lease as RedisLease);
   }
 
   async release(lease: Lease): Promise<void> {
@@ -494,7 +494,7 @@ export class RedisIdempotencyStore<
         'release refused: the record is no longer held under this lease',
       );
     }
-    await this.awaitReplicas('release', lease as RedisLease);
+    if (this.replicas) await this.awaitReplicas('release', lease as RedisLease);
   }
 
   private async suspend(lease: Lease, suspension: Suspension): Promise<void> {
@@ -518,7 +518,7 @@ export class RedisIdempotencyStore<
         'continuations.suspend refused: the record is no longer held under this lease',
       );
     }
-    await this.awaitReplicas('continuations.suspend', lease as RedisLease);
+    if (this.replicas) await this.awaitReplicas('continuations.suspend', lease as RedisLease);
   }
 
   private async resume(request: ResumeRequest): Promise<ResumeResult> {
@@ -537,7 +537,7 @@ export class RedisIdempotencyStore<
     if (kind !== 'admitted') return { kind: kind as 'consumed' | 'lapsed' | 'unknown' };
     const key = text(reply[1]);
     const lease: RedisLease = { leaseId, leaseMs, ttlMs, names, scope, key };
-    await this.awaitReplicas('continuations.resume', lease);
+    if (this.replicas) await this.awaitReplicas('continuations.resume', lease);
     return { kind: 'admitted', lease, id: { scope, key }, state: reply[2] ?? Buffer.alloc(0) };
   }
 
@@ -554,7 +554,7 @@ export class RedisIdempotencyStore<
         'markAmbiguous refused: the record is no longer held under this lease',
       );
     }
-    await this.awaitReplicas('markAmbiguous', lease as RedisLease);
+    if (this.replicas) await this.awaitReplicas('markAmbiguous', lease as RedisLease);
   }
 
   private async resolve(id: RecordId, resolution: Resolution): Promise<ResolveResult> {
@@ -706,18 +706,18 @@ export class RedisIdempotencyStore<
   }
 
   /** EVALSHA; on NOSCRIPT, EVAL once (which caches the script on that server again). */
-  private async script(
+  private script(
     operation: string,
     script: RedisScript,
     key: string,
     args: Array<string | Buffer>,
   ): Promise<unknown> {
-    try {
-      return await this.commands.send(operation, key, ['EVALSHA', script.sha, '1', key, ...args]);
-    } catch (error) {
-      if (!isNoScript(error)) throw error;
-      return this.commands.send(operation, key, ['EVAL', script.source, '1', key, ...args]);
-    }
+    return this.commands
+      .send(operation, key, ['EVALSHA', script.sha, '1', key, ...args])
+      .catch((error: unknown) => {
+        if (!isNoScript(error)) throw error;
+        return this.commands.send(operation, key, ['EVAL', script.source, '1', key, ...args]);
+      });
   }
 
   private async awaitReplicas(operation: string, lease: ReplicatedRecord): Promise<void> {
