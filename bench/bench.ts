@@ -2,7 +2,9 @@
  * `npm run bench`: every benchmark in one run, one table, bench/RESULTS.md.
  *
  *   1. floor   the store against the minimum SQL (INSERT … ON CONFLICT + fenced UPDATE; SELECT by key)
- *   2. http    what @Idempotent costs over HTTP (Express, Fastify): PostgreSQL store with the
+ *   2. cpu     the library's own CPU per request over HTTP (Fastify, Express) against the
+ *              pass-through interceptor and node-idempotency, in the same rounds
+ *      http    what @Idempotent costs over HTTP (Express, Fastify): PostgreSQL store with the
  *              replay cache off and on, and the in-memory store
  *   3. wake    how soon a waiting duplicate gets its answer
  *   4. scale   a million-record table; purging a million expired records under traffic
@@ -52,6 +54,7 @@ import {
   redisWakeSection,
 } from './sections/redis';
 import { floorSection } from './sections/floor';
+import { cpuSection } from './sections/cpu';
 import { httpSection } from './sections/http';
 import { memorySection } from './sections/memory';
 import { scaleSection } from './sections/scale';
@@ -76,6 +79,7 @@ const onPostgres = (run: (ctx: BenchContext) => Promise<SectionResult>): Section
 
 const SECTIONS: Record<string, Section> = {
   floor: onPostgres(floorSection),
+  cpu: onPostgres(cpuSection),
   http: onPostgres(httpSection),
   wake: onPostgres(wakeSection),
   scale: onPostgres(scaleSection),

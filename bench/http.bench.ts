@@ -21,16 +21,15 @@ import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import {
   ALL_CPU_TARGETS,
   compareCpu,
+  cpuMethod,
+  cpuTables,
   CPU_TARGETS,
   CpuRow,
   CpuTarget,
-  Keys,
-  PASS_THROUGH,
-  spread,
 } from './lib/cpu-per-request';
 import { Adapter } from './lib/http';
 import { openDataSource, serverVersion, startServer } from './lib/postgres';
-import { mdTable, resultsPath, writeMarkdown } from './lib/report';
+import { resultsPath, writeMarkdown } from './lib/report';
 import {
   connectRedis,
   deleteRedisPrefix,
@@ -38,7 +37,7 @@ import {
   redisServerInfo,
   scratchPrefix,
 } from './lib/servers';
-import { envNumber, fmtRange, median } from './lib/stats';
+import { envNumber } from './lib/stats';
 import { ensurePeerInstalled } from './peer/load';
 
 const QUICK = process.env.BENCH_QUICK === '1';
@@ -113,62 +112,20 @@ async function report(
   rows: CpuRow[],
   servers: { pgVersion?: string; redisVersion?: string; external?: boolean },
 ) {
-  const of = (adapter: Adapter, target: CpuTarget, keys: Keys) =>
-    rows.find((r) => r.adapter === adapter && r.target === target && r.keys === keys)!;
-  const cpu = (r: CpuRow) => spread(r.samples.map((s) => s.cpuUs));
-  const over = (r: CpuRow) => (r.target === PASS_THROUGH ? '0' : spread(r.overPassThrough, true));
-  const rps = (r: CpuRow) => median(r.samples.map((s) => s.rps)).toFixed(0);
-  const loads = (r: CpuRow[]) =>
-    fmtRange(
-      r.flatMap((x) => x.samples.map((s) => s.load)),
-      1,
-    );
-  const sections: string[] = [];
-  for (const adapter of ADAPTERS) {
-    const header = [
-      'target',
-      'fresh keys: CPU µs/request',
-      'over the pass-through',
-      'replays: CPU µs/request',
-      'over the pass-through',
-      'req/s fresh / replays',
-      'errors + non-2xx',
-      'load (1 min)',
-    ];
-    const table = TARGETS.filter((t) => rows.some((r) => r.adapter === adapter && r.target === t))
-      .concat(TARGETS.includes(PASS_THROUGH) ? [] : [PASS_THROUGH])
-      .map((target) => {
-        const [fresh, replay] = [of(adapter, target, 'fresh'), of(adapter, target, 'replay')];
-        const failures = [fresh, replay]
-          .flatMap((r) => r.samples)
-          .reduce((n, s) => n + s.failures, 0);
-        return [
-          target,
-          cpu(fresh),
-          target === 'undecorated' ? '' : over(fresh),
-          cpu(replay),
-          target === 'undecorated' ? '' : over(replay),
-          `${rps(fresh)} / ${rps(replay)}`,
-          String(failures),
-          loads([fresh, replay]),
-        ];
-      });
-    sections.push(
-      `## ${adapter === 'fastify' ? 'Fastify' : 'Express'}`,
-      '',
-      ...mdTable(header, table),
-      '',
-    );
-  }
   const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim()}, Node ${process.version}${servers.pgVersion ? `, PostgreSQL ${servers.pgVersion}${servers.external ? '' : ' (embedded)'}` : ''}${servers.redisVersion ? `, Redis ${servers.redisVersion}` : ''}`;
   const markdown = [
     '# CPU per request over HTTP (`npm run bench:http`)',
     '',
     `Machine: ${machine}; load average (1 min) ${os.loadavg()[0].toFixed(2)} at the end.`,
     '',
-    `${CONNECTIONS} connections, POST with a small JSON body to a trivial handler; ${ROUNDS} rounds of ${SECONDS} s per target and kind of key, every target alternating within each round (a ${WARM_SECONDS} s warm-up of each first). CPU µs/request: the application process's user + system time from /proc over the requests it answered, the median of the rounds (lowest to highest in brackets). "over the pass-through": the target's CPU per request minus that of the route whose only interceptor returns next.handle(), in the same round; the median of the rounds' differences (their range in brackets). Fresh keys: a new Idempotency-Key per request (a first execution); replays: one key completed before the rounds, repeated. node-idempotency is \`@node-idempotency/nestjs\` 1.0.4 with its in-memory and Redis (node-redis 4) adapters, run on this repository's Nest (bench/peer). "load": the 1-minute load average after each run, lowest to highest: the machine is shared, so read the figures beside it.`,
+    cpuMethod({
+      rounds: ROUNDS,
+      seconds: SECONDS,
+      warmSeconds: WARM_SECONDS,
+      connections: CONNECTIONS,
+    }),
     '',
-    ...sections,
+    ...cpuTables(rows, ADAPTERS, TARGETS),
   ].join('\n');
   const out = resultsPath('RESULTS-http.md');
   await writeMarkdown(out, markdown);

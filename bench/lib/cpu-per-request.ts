@@ -10,7 +10,8 @@ import os from 'node:os';
 import { PeerStore } from '../peer/load';
 import { cpuUsOf } from './cpu';
 import { Adapter, AppProcess, DatabaseStore, startApp } from './http';
-import { median } from './stats';
+import { mdTable } from './report';
+import { fmtRange, median } from './stats';
 import { alternate } from './throughput';
 
 /** The application processes: this library on each store, the peer on each of its adapters. */
@@ -188,4 +189,67 @@ export async function compareCpu(options: CpuComparisonOptions): Promise<CpuRow[
 export function spread(xs: number[], signed = false): string {
   const f = (x: number) => `${signed && x >= 0 ? '+' : ''}${x.toFixed(0)}`;
   return `${f(median(xs))} (${f(Math.min(...xs))} to ${f(Math.max(...xs))})`;
+}
+
+/** How the comparison was run, as a paragraph of a results file. */
+export function cpuMethod(o: {
+  rounds: number;
+  seconds: number;
+  warmSeconds: number;
+  connections: number;
+}): string {
+  return `${o.connections} connections, POST with a small JSON body to a trivial handler; ${o.rounds} rounds of ${o.seconds} s per target and kind of key, every target alternating within each round (a ${o.warmSeconds} s warm-up of each first). CPU µs/request: the application process's user + system time from /proc over the requests it answered, the median of the rounds (lowest to highest in brackets). "over the pass-through": the target's CPU per request minus that of the route whose only interceptor returns next.handle(), in the same round; the median of the rounds' differences (their range in brackets). Fresh keys: a new Idempotency-Key per request (a first execution); replays: one key completed before the rounds, repeated. node-idempotency is \`@node-idempotency/nestjs\` 1.0.4 with its in-memory and Redis (node-redis 4) adapters, run on this repository's Nest (bench/peer). "load": the 1-minute load average after each run, lowest to highest: the machine is shared, so read the figures beside it.`;
+}
+
+/** One table per adapter: each target's CPU per request, over the pass-through, req/s and load. */
+export function cpuTables(rows: CpuRow[], adapters: Adapter[], targets: CpuTarget[]): string[] {
+  const of = (adapter: Adapter, target: CpuTarget, keys: Keys) =>
+    rows.find((r) => r.adapter === adapter && r.target === target && r.keys === keys)!;
+  const cpu = (r: CpuRow) => spread(r.samples.map((s) => s.cpuUs));
+  const over = (r: CpuRow) => (r.target === PASS_THROUGH ? '0' : spread(r.overPassThrough, true));
+  const rps = (r: CpuRow) => median(r.samples.map((s) => s.rps)).toFixed(0);
+  const loads = (r: CpuRow[]) =>
+    fmtRange(
+      r.flatMap((x) => x.samples.map((s) => s.load)),
+      1,
+    );
+  const header = [
+    'target',
+    'fresh keys: CPU µs/request',
+    'over the pass-through',
+    'replays: CPU µs/request',
+    'over the pass-through',
+    'req/s fresh / replays',
+    'errors + non-2xx',
+    'load (1 min)',
+  ];
+  const out: string[] = [];
+  for (const adapter of adapters) {
+    const table = targets
+      .filter((t) => rows.some((r) => r.adapter === adapter && r.target === t))
+      .concat(targets.includes(PASS_THROUGH) ? [] : [PASS_THROUGH])
+      .map((target) => {
+        const [fresh, replay] = [of(adapter, target, 'fresh'), of(adapter, target, 'replay')];
+        const failures = [fresh, replay]
+          .flatMap((r) => r.samples)
+          .reduce((n, s) => n + s.failures, 0);
+        return [
+          target,
+          cpu(fresh),
+          target === 'undecorated' ? '' : over(fresh),
+          cpu(replay),
+          target === 'undecorated' ? '' : over(replay),
+          `${rps(fresh)} / ${rps(replay)}`,
+          String(failures),
+          loads([fresh, replay]),
+        ];
+      });
+    out.push(
+      `## ${adapter === 'fastify' ? 'Fastify' : 'Express'}`,
+      '',
+      ...mdTable(header, table),
+      '',
+    );
+  }
+  return out;
 }

@@ -4,7 +4,7 @@ import { DataSource } from 'typeorm';
 import { envNumber } from '../lib/stats';
 import { LEASE_MS, TTL_MS, WAKE_REQUEST as REQUEST } from '../lib/wake';
 
-/** Every tunable of `npm run bench`, from the environment; defaults take ~12 min on 2 cores. */
+/** Every tunable of `npm run bench`, from the environment; defaults take ~20 min on 2 cores. */
 export function readConfig() {
   return {
     /** Closed-loop throughput runs (store, floor, scale). */
@@ -33,7 +33,7 @@ export function readConfig() {
     memoryAdapter: (process.env.BENCH_MEMORY_ADAPTER ?? 'express') as 'express' | 'fastify',
     /** Store sections (redis-*, mariadb-*): also run the in-memory process in their HTTP comparison. */
     storeHttpMemory: envNumber('BENCH_STORE_HTTP_MEMORY', 1) !== 0,
-    sections: expandSections(process.env.BENCH_SECTIONS ?? 'floor,http,wake,scale,memory'),
+    sections: expandSections(process.env.BENCH_SECTIONS ?? 'floor,cpu,http,wake,scale,memory'),
   };
 }
 
