@@ -2,6 +2,7 @@ import { DataSource } from 'typeorm';
 import {
   AcquireResult,
   encodeValue,
+  IdempotencyLeaseLostError,
   IdempotencyPayloadError,
   IdempotencyStoreSchemaError,
   IdempotencyStoreUnavailableError,
@@ -166,6 +167,38 @@ describe.each(DIALECTS.filter((d) => d.available()))('TypeOrmIdempotencyStore on
         `SELECT continuation, suspended_answer, suspended_state FROM ${place.sql}`,
       )) as Array<Record<string, unknown>>;
       expect(row).toEqual({ continuation: 'c-1', suspended_answer: null, suspended_state: null });
+    });
+  });
+
+  describe('a lease the store did not hand out', () => {
+    it('refuses one whose id is not a UUID as lost, on every fenced call, and leaves the record to its holder', async () => {
+      const place = newPlace();
+      const store = newStore(admin, place, { ensureSchema: true });
+      await store.init();
+      const lease = leaseOf(await store.tryAcquire(acquireRequest('s', 'k', { ttlMs: 60_000 })));
+      const forged = { ...lease, leaseId: 'not-a-uuid' };
+      const lost = IdempotencyLeaseLostError;
+      await expect(store.complete(forged, encodeValue(2))).rejects.toBeInstanceOf(lost);
+      await expect(store.release(forged)).rejects.toBeInstanceOf(lost);
+      await expect(store.strictMode!.markAmbiguous(forged, 'action-failed')).rejects.toBeInstanceOf(
+        lost,
+      );
+      await expect(store.steps!.begin(forged, 'charge')).rejects.toBeInstanceOf(lost);
+      await expect(store.steps!.record(forged, 'charge', encodeValue(1))).rejects.toBeInstanceOf(
+        lost,
+      );
+      await expect(
+        store.continuations!.suspend(forged, {
+          continuation: 'c',
+          answer: encodeValue(1),
+          state: encodeValue(null),
+          holdMs: 10_000,
+        }),
+      ).rejects.toBeInstanceOf(lost);
+      expect(await store.extend(forged)).toBe(false);
+      // The holder's own lease still completes it.
+      await store.complete(lease, encodeValue(1));
+      expectReplayOf(await store.tryAcquire(acquireRequest('s', 'k')), 1);
     });
   });
 

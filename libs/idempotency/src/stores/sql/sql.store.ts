@@ -225,7 +225,7 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
     checkPayload(payload, 'complete');
     assertPayloadSize(payload, this.maxPayloadBytes);
     await this.init();
-    if (!(await this.dialect.complete(lease as SqlLease, payload))) {
+    if (!issued(lease) || !(await this.dialect.complete(lease as SqlLease, payload))) {
       throw new IdempotencyLeaseLostError(
         'complete refused: the record is no longer held under this lease',
       );
@@ -245,6 +245,7 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
     checkPayload(payload, 'completeIn');
     assertPayloadSize(payload, this.maxPayloadBytes);
     await this.init();
+    if (!issued(lease)) return 'lease-lost';
     const stored = await this.dialect.completeIn(statement, lease as SqlLease, payload);
     return stored ? 'stored' : 'lease-lost';
   }
@@ -295,7 +296,9 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
       checkLease(lease, 'steps.begin');
       checkStepName(name, 'steps.begin');
       await this.init();
-      const value = await this.dialect.stepBegin(lease as SqlLease, name);
+      const value = issued(lease)
+        ? await this.dialect.stepBegin(lease as SqlLease, name)
+        : undefined;
       if (value === undefined) throw leaseLost('steps.begin');
       return value;
     },
@@ -305,7 +308,7 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
       checkPayload(value, 'steps.record');
       assertPayloadSize(value, this.maxPayloadBytes);
       await this.init();
-      if (!(await this.dialect.stepRecord(lease as SqlLease, name, value))) {
+      if (!issued(lease) || !(await this.dialect.stepRecord(lease as SqlLease, name, value))) {
         throw leaseLost('steps.record');
       }
     },
@@ -332,7 +335,10 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
         );
       }
       await this.init();
-      if (!(await this.dialect.suspend(lease as SqlLease, randomUUID(), suspension))) {
+      if (
+        !issued(lease) ||
+        !(await this.dialect.suspend(lease as SqlLease, randomUUID(), suspension))
+      ) {
         throw leaseLost('continuations.suspend');
       }
     },
@@ -353,7 +359,7 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
   private async markAmbiguous(lease: Lease, reason: AmbiguityReason): Promise<void> {
     checkLease(lease, 'markAmbiguous');
     await this.init();
-    if (!(await this.dialect.markAmbiguous(lease as SqlLease, reason))) {
+    if (!issued(lease) || !(await this.dialect.markAmbiguous(lease as SqlLease, reason))) {
       throw new IdempotencyLeaseLostError(
         'markAmbiguous refused: the record is no longer held under this lease',
       );
@@ -372,7 +378,7 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
   async release(lease: Lease): Promise<void> {
     checkLease(lease, 'release');
     await this.init();
-    if (!(await this.dialect.release(lease as SqlLease))) {
+    if (!issued(lease) || !(await this.dialect.release(lease as SqlLease))) {
       throw new IdempotencyLeaseLostError(
         'release refused: the record is no longer held under this lease',
       );
@@ -382,7 +388,7 @@ export abstract class SqlIdempotencyStore implements IdempotencyStore {
   async extend(lease: Lease): Promise<boolean> {
     checkLease(lease, 'extend');
     await this.init();
-    return this.dialect.extend(lease as SqlLease);
+    return issued(lease) && this.dialect.extend(lease as SqlLease);
   }
 
   async purgeExpired(options: { limit?: number } = {}): Promise<number> {
@@ -511,4 +517,16 @@ function leaseLost(operation: string): IdempotencyLeaseLostError {
   return new IdempotencyLeaseLostError(
     `${operation} refused: the record is no longer held under this lease`,
   );
+}
+
+/** How this store writes lease ids (randomUUID): PostgreSQL's uuid column takes no other text. */
+const LEASE_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * Whether this store could have handed out `lease`: one whose id is not a
+ * UUID holds no record here, so it is refused as lost (never sent, where
+ * the database would answer with a type error instead).
+ */
+function issued(lease: Lease): boolean {
+  return LEASE_ID.test(lease.leaseId);
 }
