@@ -69,9 +69,7 @@ export class HeldResponse {
       if (typeof a === 'function') this.addCallback(a as Callback);
       else this.collect(a, b, c);
       this.restore();
-      // Ended, as far as the application can tell (writableEnded): Fastify's reply then
-      // settles at once instead of waiting for the socket, and a late write is refused.
-      res.finished = true;
+      markEnded(res, true);
       this.flush();
       return res;
     }) as End;
@@ -163,9 +161,8 @@ export class HeldResponse {
         : (error?: Error | null) => {
             for (const callback of callbacks) callback(error);
           };
+    markEnded(res, false);
     if (res.destroyed) return done?.();
-    // Node's own end() does nothing on a response it thinks has ended.
-    res.finished = false;
     if (outgoing.kind === 'as-finished') {
       if (this.held) res.writeHead(this.status, given);
       // One string goes back as it came, so Node writes it with the head in one piece.
@@ -191,6 +188,33 @@ export class HeldResponse {
     if (done === undefined) res.end(body);
     else res.end(body, () => done());
   }
+}
+
+/** Set on a held response whose application called `end()`, until the held bytes go out. */
+const ENDED = Symbol('nest-idempotency.ended');
+type Marked = ServerResponse & { [ENDED]?: boolean };
+
+/**
+ * `writableEnded`, as the application sees it: ended once it called `end()`,
+ * though the held bytes are not out yet. Fastify's `reply.then`, which Nest
+ * awaits, then settles at once instead of adding end-of-stream listeners to
+ * the socket. `finished` stays Node's own, so a graceful `server.close()`
+ * still waits for the held response (it closes only connections whose
+ * response finished), and `writableFinished` waits for the bytes.
+ */
+const WRITABLE_ENDED: PropertyDescriptor = {
+  configurable: true,
+  enumerable: false,
+  get(this: Marked): boolean {
+    return this[ENDED] === true || this.finished;
+  },
+};
+
+function markEnded(res: ServerResponse, ended: boolean): void {
+  const marked = res as Marked;
+  if (ended && marked[ENDED] === undefined)
+    Object.defineProperty(res, 'writableEnded', WRITABLE_ENDED);
+  if (ended || marked[ENDED] !== undefined) marked[ENDED] = ended;
 }
 
 function toBuffer(piece: string | Buffer, encoding: BufferEncoding): Buffer {
