@@ -117,9 +117,11 @@ interface AmbiguousRow {
  *
  * - mark first: the completion's UPDATE sees `watched = true` (it does not
  *   assign the column, so RETURNING shows the newest version's flag) and sends
- *   NOTIFY once it committed, which is after the mark committed and so after
- *   the waiter took its ticket (the wait loop takes it before the look) and
- *   after LISTEN was in effect (`beginAcquire` awaits it);
+ *   NOTIFY once it committed, which is after the mark committed: after the
+ *   waiter took its ticket (the wait loop takes it before the look), or, for
+ *   a first look made without one, the wake-up moves the registry's count,
+ *   and the wait loop then looks again (../../../core/wait-loop.ts); and after
+ *   LISTEN was in effect (`beginAcquire` awaits it);
  * - completion first: the mark finds no IN_PROGRESS row under that lease and
  *   updates nothing; the waiter looks again and sees the result.
  *
