@@ -96,6 +96,41 @@ interface Figures {
   rejoinMs: number;
 }
 
+/** Where a mode's run is, for the message of a failure. */
+interface Progress {
+  phase: string;
+  calls: Call[];
+  killedAt?: number;
+  promotedAt?: number;
+  recoveredAt?: number;
+  quietFrom?: number;
+}
+
+/** The phase, the timeline from the kill, and the calls' outcomes (error names and counts). */
+function describeProgress(p: Progress): string {
+  const since = (at: number | undefined) =>
+    at === undefined || p.killedAt === undefined || !Number.isFinite(at)
+      ? 'not reached'
+      : `${at - p.killedAt} ms`;
+  const outcomes = new Map<string, number>();
+  for (const c of p.calls) {
+    const name = c.kind === 'error' ? c.error! : c.kind;
+    outcomes.set(name, (outcomes.get(name) ?? 0) + 1);
+  }
+  const late =
+    p.quietFrom === undefined
+      ? []
+      : p.calls.filter((c) => c.startedAt >= p.quietFrom! && c.kind === 'error');
+  const slowest = p.calls.reduce((m, c) => Math.max(m, c.endedAt - c.startedAt), 0);
+  return (
+    `failed during ${p.phase}; from the kill: promoted ${since(p.promotedAt)}, first success on ` +
+    `its slots ${since(p.recoveredAt)}, quiet second from ${since(p.quietFrom)}; ` +
+    `${p.calls.length} calls: ${[...outcomes].map(([n, c]) => `${c} × ${n}`).join(', ')}; ` +
+    `errors in the quiet second: ${late.length}${late.length ? ` (first at ${since(late[0].startedAt)}: ${late[0].error})` : ''}; ` +
+    `slowest call ${slowest} ms`
+  );
+}
+
 /** CRC16/XMODEM, Redis Cluster's key hash. */
 function crc16(text: string): number {
   let crc = 0;
@@ -164,8 +199,15 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
           client: mode.client,
         });
         const store = local.store as RedisIdempotencyStore;
+        const progress: Progress = { phase: 'starting the traffic', calls: [] };
         try {
-          figures.set(mode.name, await failover(servers, local, store, !!mode.wait));
+          figures.set(mode.name, await failover(servers, local, store, !!mode.wait, progress));
+        } catch (error) {
+          // A rare failure on a loaded CI machine must say where it happened and what the
+          // traffic looked like: the message is all a CI log keeps.
+          if (error instanceof Error)
+            error.message = `${describeProgress(progress)}\n${error.message}`;
+          throw error;
         } finally {
           await local.close();
           await servers.stop();
@@ -179,6 +221,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       local: Awaited<ReturnType<typeof openStoreEngine>>,
       store: RedisIdempotencyStore,
       waiting: boolean,
+      progress: Progress,
     ): Promise<Figures> {
       const nodes = clusterNodes(cluster.ports[0]);
       const victim = nodes.find((n) => n.role === 'master')!;
@@ -187,7 +230,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       const onVictim = (key: string) =>
         inRanges(slotOf(store.keys.record(SCOPE, key).key), victim.slots);
 
-      const calls: Call[] = [];
+      const calls: Call[] = progress.calls;
       const completedKeys: string[] = [];
       let stop = false;
       let promotedAt = Infinity;
@@ -207,7 +250,9 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
           if (startedAt >= promotedAt && recoveredAt === Infinity && onVictim(key))
             recoveredAt = Date.now();
         } catch (error) {
-          entry.error = (error as Error).name;
+          const { name, message } = error as Error;
+          // An untyped error keeps the start of its message: the check below shows what it was.
+          entry.error = TYPED.has(name) ? name : `${name}: ${String(message).slice(0, 160)}`;
         }
         entry.endedAt = Date.now();
         calls.push(entry);
@@ -234,6 +279,8 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         30_000,
       );
       const killedAt = Date.now();
+      progress.killedAt = killedAt;
+      progress.phase = 'waiting for the promotion';
       await cluster.servers.find((s) => s.port === victim.port)!.kill();
       await waitUntil(
         'the replica promoted',
@@ -242,6 +289,8 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         30_000,
       );
       promotedAt = Date.now();
+      progress.promotedAt = promotedAt;
+      progress.phase = 'waiting for a success on the failed-over slots';
       // With WAIT, the promoted master has no replica: each completion on it holds the shard's
       // one connection for the WAIT timeout, and under 16 lanes every call queued behind may time
       // out until the old master rejoins (below). That is the documented limit, so with WAIT a
@@ -254,8 +303,11 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         if (!waiting) throw error;
       });
       // Keep going; then the last second of traffic must run without a single error.
+      progress.recoveredAt = recoveredAt;
+      progress.phase = 'traffic after the recovery';
       await delay(1500);
       const quietFrom = Date.now();
+      progress.quietFrom = quietFrom;
       await delay(1000);
       stop = true;
       await Promise.all(lanes);
@@ -263,6 +315,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       // The killed node is started again and rejoins as a replica of the promoted master (a full
       // sync discards what it held); with WAIT, that ends the promoted master's spell without a
       // replica. Then the store must answer on that shard again before the records are read.
+      progress.phase = 'the old master rejoining';
       const rejoinFrom = Date.now();
       await cluster.restart!(victim.port);
       await waitUntil(
@@ -285,6 +338,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       }
       const rejoinMs = Date.now() - rejoinFrom;
 
+      progress.phase = 'checking the calls';
       // Every call ended, as an answer or a typed refusal, within the bound.
       const errors = new Map<string, number>();
       for (const c of calls.filter((c) => c.kind === 'error'))
@@ -317,6 +371,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       );
       if (!waiting) expect(unconfirmed.size).toBe(0);
 
+      progress.phase = 'reading the records';
       // What the cluster holds now, against what ran (PostgreSQL).
       const before = await executionCounts(pg, schema);
       const executed = keys.filter((k) => before.has(`${SCOPE}|${k}`));
@@ -340,6 +395,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       const lostConfirmed = lost.filter((k) => !unconfirmed.has(k));
       if (waiting) expect(lostConfirmed).toEqual([]);
 
+      progress.phase = 'the retry of every key';
       // A retry of every key: what survived replays its token, what did not runs again.
       const sweep = await inBatches(executed, async (k) => ({
         key: k,
