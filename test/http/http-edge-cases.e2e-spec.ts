@@ -123,6 +123,13 @@ class DefectsController {
     return Buffer.from([0, 1, 2, 250, 251, 252, 10, 13]);
   }
 
+  @Post('unicode')
+  @Idempotent()
+  unicode() {
+    probe.ran('unicode');
+    return { text: 'café — 日本語 € 🧾', token: randomUUID() };
+  }
+
   @Post('template')
   @Idempotent({ key: 'order:{body.customerId}:{body.orderId}', fingerprint: false })
   template(@Body() body: { customerId: string; orderId: string }) {
@@ -328,6 +335,21 @@ describe.each(ADAPTERS)('HTTP edge cases, over %s', (adapter: AdapterName) => {
     expect(replayBytes).toEqual(firstBytes);
     expect(replay.headers.get('content-type')).toBe(first.headers.get('content-type'));
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
+  });
+
+  it('replays a body with multi-byte UTF-8 characters byte for byte', async () => {
+    const key = randomUUID();
+    const send = () =>
+      fetch(`${url}/defects/unicode`, { method: 'POST', headers: { 'idempotency-key': key } });
+    const first = await send();
+    const firstBytes = Buffer.from(await first.arrayBuffer());
+    const replay = await send();
+    const replayBytes = Buffer.from(await replay.arrayBuffer());
+    expect(JSON.parse(firstBytes.toString('utf8'))).toMatchObject({ text: 'café — 日本語 € 🧾' });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replayBytes).toEqual(firstBytes);
+    expect(replay.headers.get('content-length')).toBe(String(firstBytes.length));
+    expect(probe.count('unicode')).toBe(1);
   });
 
   it('refuses a header key outside printable ASCII (UTF-8 bytes would arrive as mojibake)', async () => {

@@ -87,13 +87,24 @@ function storedHeaders(
 }
 
 /**
+ * Stored responses already decoded, by their payload: a store that hands back
+ * the same bytes for every duplicate (the in-memory store, the replay cache)
+ * has its stored head parsed once. Read-only to every replay that shares it.
+ */
+const decoded = new WeakMap<StoredPayload, HttpResponseRecord>();
+
+/**
  * The response a replay writes. A record the handler completed holds its
  * response; one that `nest-idempotency resolve --completed --payload` or a
  * `reconcile` hook completed holds a value, replayed as JSON with the route's
  * status (`@HttpCode`, else 201 for POST and 200 otherwise).
  */
 export function replayedResponse(payload: StoredPayload, plan: HandlerPlan): HttpResponseRecord {
-  if (isHttpResponse(payload)) return decodeHttpResponse(payload);
+  if (isHttpResponse(payload)) {
+    let stored = decoded.get(payload);
+    if (stored === undefined) decoded.set(payload, (stored = decodeHttpResponse(payload)));
+    return stored;
+  }
   const value = plainResult(decodeValue(payload));
   const status = plan.replayStatus ?? 200;
   if (value === undefined) return { status, headers: {}, body: Buffer.alloc(0) };

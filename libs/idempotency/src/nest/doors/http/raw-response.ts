@@ -20,6 +20,9 @@ type Callback = (error?: Error | null) => void;
 
 const AS_FINISHED: Outgoing = { kind: 'as-finished' };
 
+/** Up to this size a replaced body is written with its head as one string (see `send`). */
+const ONE_PIECE_BYTES = 16 * 1024;
+
 /**
  * Holds back what Express or Fastify write to the Node response until
  * `decide` has seen it: both adapters end a response with `writeHead` (Fastify)
@@ -184,9 +187,17 @@ export class HeldResponse {
       if (name !== 'content-length') out[name] = replacing[name];
     if (!bodiless) out['content-length'] = String(outgoing.body.length);
     res.writeHead(outgoing.status, out);
-    const body = bodiless ? undefined : outgoing.body;
-    if (done === undefined) res.end(body);
-    else res.end(body, () => done());
+    if (bodiless) {
+      if (done === undefined) res.end();
+      else res.end(() => done());
+      return;
+    }
+    // A small body goes as a latin1 string (one character per byte, so the bytes are unchanged):
+    // Node then sends it in one piece with the head, where bytes would go as a second chunk.
+    const bytes = outgoing.body;
+    const body = bytes.length <= ONE_PIECE_BYTES ? bytes.toString('latin1') : bytes;
+    if (done === undefined) res.end(body, 'latin1');
+    else res.end(body, 'latin1', () => done());
   }
 }
 
