@@ -2,16 +2,19 @@ import {
   All,
   ArgumentsHost,
   Body,
+  CallHandler,
   Catch,
   ClassSerializerInterceptor,
   Controller,
   ExceptionFilter,
+  ExecutionContext,
   Get,
   HttpCode,
   HttpException,
   Injectable,
   INestApplication,
   Module,
+  NestInterceptor,
   Param,
   Post,
   Put,
@@ -26,6 +29,7 @@ import { Test } from '@nestjs/testing';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { Exclude } from 'class-transformer';
 import { randomUUID } from 'node:crypto';
+import { map } from 'rxjs';
 import {
   decodeHttpResponse,
   Idempotent,
@@ -51,6 +55,20 @@ import { Probe } from './fixtures';
  * against the real PostgreSQL store, on both adapters where HTTP is involved.
  */
 const probe = new Probe();
+
+/** Fills every Buffer value it sees with '!', except the first one. */
+@Injectable()
+class OverwritingInterceptor implements NestInterceptor {
+  private seen = 0;
+  intercept(_context: ExecutionContext, next: CallHandler) {
+    return next.handle().pipe(
+      map((value: unknown) => {
+        if (Buffer.isBuffer(value) && this.seen++ > 0) value.fill(0x21);
+        return value;
+      }),
+    );
+  }
+}
 
 class Account {
   constructor(
@@ -128,6 +146,23 @@ class DefectsController {
   unicode() {
     probe.ran('unicode');
     return { text: 'café — 日本語 € 🧾', token: randomUUID() };
+  }
+
+  /** An outer interceptor overwrites the bytes it is handed, from the second call on. */
+  @Post('bytes-overwritten')
+  @Idempotent()
+  @UseInterceptors(OverwritingInterceptor) // below @Idempotent: it runs outside it
+  @HttpCode(200)
+  overwritten(
+    @Res({ passthrough: true })
+    res: {
+      header?: (n: string, v: string) => unknown;
+      setHeader?: (n: string, v: string) => unknown;
+    },
+  ) {
+    probe.ran('bytes-overwritten');
+    (res.header ?? res.setHeader)!.call(res, 'Content-Type', 'application/octet-stream');
+    return Buffer.from([0, 1, 2, 250, 251, 252, 10, 13]);
   }
 
   @Post('template')
@@ -335,6 +370,21 @@ describe.each(ADAPTERS)('HTTP edge cases, over %s', (adapter: AdapterName) => {
     expect(replayBytes).toEqual(firstBytes);
     expect(replay.headers.get('content-type')).toBe(first.headers.get('content-type'));
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
+  });
+
+  it('hands an outer interceptor a copy of the replayed bytes, which it may overwrite', async () => {
+    const key = randomUUID();
+    const send = async () => {
+      const reply = await fetch(`${url}/defects/bytes-overwritten`, {
+        method: 'POST',
+        headers: { 'idempotency-key': key },
+      });
+      return Buffer.from(await reply.arrayBuffer());
+    };
+    const first = await send();
+    const replays = [await send(), await send()];
+    expect(replays).toEqual([first, first]);
+    expect(probe.count('bytes-overwritten')).toBe(1);
   });
 
   it('replays a body with multi-byte UTF-8 characters byte for byte', async () => {

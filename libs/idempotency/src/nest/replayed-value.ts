@@ -34,7 +34,11 @@ export function replayedValue(
   return { kind: 'value', value: bodyValue(response.body, response.headers['content-type']) };
 }
 
-/** A response body as a value: parsed JSON for a JSON content type, text for `text/*`, otherwise bytes. */
+/**
+ * A response body as a value: parsed JSON for a JSON content type, text for
+ * `text/*`, otherwise a copy of the bytes (the application may change what
+ * it gets; the stored bytes, which a store may hand to every replay, stay).
+ */
 export function bodyValue(body: Buffer, contentType: string | string[] | undefined): unknown {
   if (body.length === 0) return undefined;
   const type = String(contentType ?? '');
@@ -45,5 +49,5 @@ export function bodyValue(body: Buffer, contentType: string | string[] | undefin
       return body.toString('utf8');
     }
   }
-  return /^text\//i.test(type) ? body.toString('utf8') : body;
+  return /^text\//i.test(type) ? body.toString('utf8') : Buffer.from(body);
 }

@@ -124,7 +124,11 @@ export function replayOf(stored: HttpResponseRecord, finished: FinishedResponse)
     if (!BODY_HEADERS.has(name)) headers[name] = live[name];
   }
   const kept = stored.headers;
-  for (const name of Object.keys(kept)) headers[name] = kept[name];
+  for (const name of Object.keys(kept)) {
+    const value = kept[name];
+    // A list is copied: the stored head is shared by every replay of its payload.
+    headers[name] = Array.isArray(value) ? [...value] : value;
+  }
   headers['idempotent-replayed'] = 'true';
   // Under CORS a browser only lets a page read the headers listed here.
   if (headers['access-control-allow-origin'] !== undefined) {

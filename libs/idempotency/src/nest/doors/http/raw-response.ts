@@ -1,4 +1,4 @@
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 
 /** A response as the adapter finished it: status, headers and body bytes, before any byte is sent. */
 export interface FinishedResponse {
@@ -22,6 +22,7 @@ const AS_FINISHED: Outgoing = { kind: 'as-finished' };
 
 /** Up to this size a replaced body is written with its head as one string (see `send`). */
 const ONE_PIECE_BYTES = 16 * 1024;
+const NODE_END = ServerResponse.prototype.end;
 
 /**
  * Holds back what Express or Fastify write to the Node response until
@@ -192,12 +193,17 @@ export class HeldResponse {
       else res.end(() => done());
       return;
     }
-    // A small body goes as a latin1 string (one character per byte, so the bytes are unchanged):
-    // Node then sends it in one piece with the head, where bytes would go as a second chunk.
     const bytes = outgoing.body;
-    const body = bytes.length <= ONE_PIECE_BYTES ? bytes.toString('latin1') : bytes;
-    if (done === undefined) res.end(body, 'latin1');
-    else res.end(body, 'latin1', () => done());
+    // On Node's own `end`, a small body goes as a latin1 string (one character per byte, so the
+    // bytes are unchanged), which Node sends in one piece with the head where bytes would go as a
+    // second chunk. Another library's `end` (compression, a logger) gets the bytes, as it expects.
+    if (this.end === NODE_END && bytes.length <= ONE_PIECE_BYTES) {
+      if (done === undefined) res.end(bytes.toString('latin1'), 'latin1');
+      else res.end(bytes.toString('latin1'), 'latin1', () => done());
+      return;
+    }
+    if (done === undefined) res.end(bytes);
+    else res.end(bytes, () => done());
   }
 }
 
