@@ -106,6 +106,16 @@ interface Progress {
   quietFrom?: number;
 }
 
+/** The longest a call took, in ms. */
+function slowestMs(calls: Call[]): number {
+  return calls.reduce((most, c) => Math.max(most, c.endedAt - c.startedAt), 0);
+}
+
+/** The calls that started at `from` or later and ended in an error. */
+function errorsFrom(calls: Call[], from: number): Call[] {
+  return calls.filter((c) => c.startedAt >= from && c.kind === 'error');
+}
+
 /** The phase, the timeline from the kill, and the calls' outcomes (error names and counts). */
 function describeProgress(p: Progress): string {
   const since = (at: number | undefined) =>
@@ -117,17 +127,13 @@ function describeProgress(p: Progress): string {
     const name = c.kind === 'error' ? c.error! : c.kind;
     outcomes.set(name, (outcomes.get(name) ?? 0) + 1);
   }
-  const late =
-    p.quietFrom === undefined
-      ? []
-      : p.calls.filter((c) => c.startedAt >= p.quietFrom! && c.kind === 'error');
-  const slowest = p.calls.reduce((m, c) => Math.max(m, c.endedAt - c.startedAt), 0);
+  const late = p.quietFrom === undefined ? [] : errorsFrom(p.calls, p.quietFrom);
   return (
     `failed during ${p.phase}; from the kill: promoted ${since(p.promotedAt)}, first success on ` +
     `its slots ${since(p.recoveredAt)}, quiet second from ${since(p.quietFrom)}; ` +
     `${p.calls.length} calls: ${[...outcomes].map(([n, c]) => `${c} × ${n}`).join(', ')}; ` +
     `errors in the quiet second: ${late.length}${late.length ? ` (first at ${since(late[0].startedAt)}: ${late[0].error})` : ''}; ` +
-    `slowest call ${slowest} ms`
+    `slowest call ${slowestMs(p.calls)} ms`
   );
 }
 
@@ -344,12 +350,12 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       for (const c of calls.filter((c) => c.kind === 'error'))
         errors.set(c.error!, (errors.get(c.error!) ?? 0) + 1);
       expect([...errors.keys()].filter((name) => !TYPED.has(name))).toEqual([]);
-      const slowestCallMs = Math.max(...calls.map((c) => c.endedAt - c.startedAt));
+      const slowestCallMs = slowestMs(calls);
       expect(slowestCallMs).toBeLessThan(CALL_BOUND_MS);
       // The last second: no error at all without WAIT. With WAIT, the promoted master has no
       // replica left, so each of its completions holds its connection for the WAIT timeout, and
       // calls queued behind may time out: those are counted, on that shard only.
-      const late = calls.filter((c) => c.startedAt >= quietFrom && c.kind === 'error');
+      const late = errorsFrom(calls, quietFrom);
       const lateElsewhere = late.filter((c) => !onVictim(c.key));
       expect(waiting ? lateElsewhere : late).toEqual([]);
 

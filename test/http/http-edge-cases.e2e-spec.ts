@@ -56,6 +56,18 @@ import { Probe } from './fixtures';
  */
 const probe = new Probe();
 
+/** Express's response (`setHeader`) or Fastify's reply (`header`). */
+type EitherResponse = {
+  header?: (n: string, v: string) => unknown;
+  setHeader?: (n: string, v: string) => unknown;
+};
+
+/** Eight bytes, not all UTF-8, sent as application/octet-stream. */
+function octetStream(res: EitherResponse): Buffer {
+  (res.header ?? res.setHeader)!.call(res, 'Content-Type', 'application/octet-stream');
+  return Buffer.from([0, 1, 2, 250, 251, 252, 10, 13]);
+}
+
 /** Fills every Buffer value it sees with '!', except the first one. */
 @Injectable()
 class OverwritingInterceptor implements NestInterceptor {
@@ -129,16 +141,9 @@ class DefectsController {
   @Post('bytes')
   @Idempotent()
   @HttpCode(200)
-  bytes(
-    @Res({ passthrough: true })
-    res: {
-      header?: (n: string, v: string) => unknown;
-      setHeader?: (n: string, v: string) => unknown;
-    },
-  ) {
+  bytes(@Res({ passthrough: true }) res: EitherResponse) {
     probe.ran('bytes');
-    (res.header ?? res.setHeader)!.call(res, 'Content-Type', 'application/octet-stream');
-    return Buffer.from([0, 1, 2, 250, 251, 252, 10, 13]);
+    return octetStream(res);
   }
 
   @Post('unicode')
@@ -153,16 +158,9 @@ class DefectsController {
   @Idempotent()
   @UseInterceptors(OverwritingInterceptor) // below @Idempotent: it runs outside it
   @HttpCode(200)
-  overwritten(
-    @Res({ passthrough: true })
-    res: {
-      header?: (n: string, v: string) => unknown;
-      setHeader?: (n: string, v: string) => unknown;
-    },
-  ) {
+  overwritten(@Res({ passthrough: true }) res: EitherResponse) {
     probe.ran('bytes-overwritten');
-    (res.header ?? res.setHeader)!.call(res, 'Content-Type', 'application/octet-stream');
-    return Buffer.from([0, 1, 2, 250, 251, 252, 10, 13]);
+    return octetStream(res);
   }
 
   @Post('template')

@@ -1,4 +1,4 @@
-import { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { type OutgoingHttpHeaders, ServerResponse } from 'node:http';
 
 /** A response as the adapter finished it: status, headers and body bytes, before any byte is sent. */
 export interface FinishedResponse {
@@ -162,8 +162,8 @@ export class HeldResponse {
     const done =
       callbacks === undefined
         ? undefined
-        : (error?: Error | null) => {
-            for (const callback of callbacks) callback(error);
+        : () => {
+            for (const callback of callbacks) callback();
           };
     markEnded(res, false);
     if (res.destroyed) return done?.();
@@ -174,9 +174,7 @@ export class HeldResponse {
         this.rest === undefined && typeof this.first === 'string' && this.firstEncoding === 'utf8'
           ? this.first
           : finished.body;
-      if (done === undefined) res.end(body);
-      else res.end(body, () => done());
-      return;
+      return endWith(res, body, false, done);
     }
     for (const name of res.getHeaderNames()) res.removeHeader(name);
     // A 204 or 304 has no body, and no Content-Length either (RFC 9110).
@@ -188,23 +186,32 @@ export class HeldResponse {
       if (name !== 'content-length') out[name] = replacing[name];
     if (!bodiless) out['content-length'] = String(outgoing.body.length);
     res.writeHead(outgoing.status, out);
-    if (bodiless) {
-      if (done === undefined) res.end();
-      else res.end(() => done());
-      return;
-    }
+    if (bodiless) return endWith(res, undefined, false, done);
     const bytes = outgoing.body;
     // On Node's own `end`, a small body goes as a latin1 string (one character per byte, so the
     // bytes are unchanged), which Node sends in one piece with the head where bytes would go as a
     // second chunk. Another library's `end` (compression, a logger) gets the bytes, as it expects.
-    if (this.end === NODE_END && bytes.length <= ONE_PIECE_BYTES) {
-      if (done === undefined) res.end(bytes.toString('latin1'), 'latin1');
-      else res.end(bytes.toString('latin1'), 'latin1', () => done());
-      return;
-    }
-    if (done === undefined) res.end(bytes);
-    else res.end(bytes, () => done());
+    if (this.end === NODE_END && bytes.length <= ONE_PIECE_BYTES)
+      return endWith(res, bytes.toString('latin1'), true, done);
+    endWith(res, bytes, false, done);
   }
+}
+
+/**
+ * `res.end(body[, 'latin1'][, done])`: the encoding only for a latin1 string, the callback only
+ * when there is one, so that a wrapper of `end` taking `(chunk, callback)` still gets both.
+ */
+function endWith(
+  res: ServerResponse,
+  body: string | Buffer | undefined,
+  latin1: boolean,
+  done: (() => void) | undefined,
+): void {
+  if (latin1) {
+    if (done === undefined) res.end(body, 'latin1');
+    else res.end(body, 'latin1', done);
+  } else if (done === undefined) res.end(body);
+  else res.end(body, done);
 }
 
 /** Set on a held response whose application called `end()`, until the held bytes go out. */
