@@ -11,6 +11,7 @@ import {
   InMemoryIdempotencyStore,
   keyDigest,
 } from 'nest-idempotency';
+import { currentIdempotencyContext } from '../../libs/idempotency/src/core/current-context';
 import { ADAPTERS, send, startHttpApp } from '../support/http-app';
 
 /**
@@ -55,7 +56,28 @@ class ContextController {
   plain(@IdempotencyCtx() ctx: IdempotencyContext | undefined) {
     return seen(ctx);
   }
+
+  /** No `@IdempotencyCtx()`: the lifecycle leaves the context out of AsyncLocalStorage. */
+  @Post('unread')
+  @Idempotent({ scope: 'ctx-unread' })
+  async unread() {
+    await Promise.resolve();
+    return { current: currentIdempotencyContext() !== undefined };
+  }
 }
+
+/** The parameter declared on an inherited handler, `@Idempotent` on the subclass. */
+@Controller('ctx-base')
+class BaseContextController {
+  @Post('charge')
+  charge(@IdempotencyCtx() ctx: IdempotencyContext | undefined) {
+    return seen(ctx);
+  }
+}
+
+@Controller('ctx-sub')
+@Idempotent({ scope: 'ctx-sub' })
+class SubContextController extends BaseContextController {}
 
 /** The key the engine derives for `key` under `SECRET`: what the route must have been given. */
 async function derivedByEngine(scope: string, key: string): Promise<string> {
@@ -84,7 +106,7 @@ describe.each(ADAPTERS)('@IdempotencyCtx() over HTTP on %s', (adapter) => {
           tenant: false,
         }),
       ],
-      controllers: [ContextController],
+      controllers: [ContextController, SubContextController],
     }));
   });
 
@@ -119,6 +141,18 @@ describe.each(ADAPTERS)('@IdempotencyCtx() over HTTP on %s', (adapter) => {
     expect(replies.map((r) => (r.json() as { keyDigest: string }).keyDigest)).toEqual(
       keys.map((key) => keyDigest('ctx-slow', key)),
     );
+  });
+
+  it('is current only for a handler that takes it, an inherited parameter included', async () => {
+    const unread = await send(url, 'POST', '/ctx/unread', { key: `k-${randomUUID()}` });
+    expect(unread.json()).toEqual({ current: false });
+    const key = `order-${randomUUID()}`;
+    const inherited = await send(url, 'POST', '/ctx-sub/charge', { key });
+    expect(inherited.status).toBe(201);
+    expect(inherited.json()).toMatchObject({
+      isContext: true,
+      keyDigest: keyDigest('ctx-sub', key),
+    });
   });
 
   it('is undefined on a route without @Idempotent and on a call without a key', async () => {

@@ -6,6 +6,8 @@ import { currentIdempotencyContext } from './current-context';
 import { IdempotencyEngine, type IdempotencyEngineOptions } from './engine';
 import { IdempotencyConfigError, IdempotencyError } from './errors';
 import { keyDigest } from './key';
+import type { CallRequest } from './lifecycle';
+import { encodeValue } from './payload';
 
 const quiet = { warn: () => undefined, error: () => undefined };
 const SECRET = 'a derived-key secret of well over thirty-two bytes';
@@ -17,6 +19,11 @@ function engineOn(
   derivedKeys: IdempotencyEngineOptions['derivedKeys'] = { secret: SECRET },
 ) {
   return new IdempotencyEngine(store, { logger: quiet, derivedKeys });
+}
+
+/** A call with `key` as the lifecycle takes it from a door. */
+function keyed(key: string): CallRequest {
+  return { identity: { kind: 'key', key, fingerprint: null }, required: true };
 }
 
 /** The context a first execution of `key` is handed (the action returns at once). */
@@ -34,16 +41,12 @@ async function contextOf(
 }
 
 describe('IdempotencyContext', () => {
-  it('is handed to the action, names the record by digest and is current while the work runs', async () => {
+  it('is handed to the action and names the record by digest', async () => {
     const engine = engineOn();
-    let current: IdempotencyContext | undefined;
-    let later: IdempotencyContext | undefined = undefined;
     const outcome = await engine.run(
       engine.policy({ scope: 'charges', ttl: '1h' }),
       { key: KEY, tenant: TENANT },
       async (_signal, ctx) => {
-        await Promise.resolve();
-        current = currentIdempotencyContext();
         expect(ctx).toBeInstanceOf(IdempotencyContext);
         expect(ctx.scope).toBe('charges');
         expect(ctx.keyDigest).toBe(keyDigest('charges', KEY, TENANT));
@@ -51,10 +54,38 @@ describe('IdempotencyContext', () => {
         return ctx.deriveKey('charge');
       },
     );
-    later = currentIdempotencyContext();
-    expect(current).toBeInstanceOf(IdempotencyContext);
-    expect(later).toBeUndefined();
     expect(outcome.kind).toBe('executed');
+  });
+
+  it('is current while work that reads it runs, and only then', async () => {
+    const engine = engineOn();
+    const policy = engine.policy({ scope: 'charges', ttl: '1h' });
+    const seen: Record<string, unknown> = {};
+    const performWith = (key: string, readsContext: boolean) =>
+      engine.perform(policy, keyed(key), {
+        readsContext,
+        invoke: async ({ context }) => {
+          await Promise.resolve();
+          seen[key] = { given: context, current: currentIdempotencyContext() };
+          return null;
+        },
+        capture: () => ({ kind: 'stored', payload: encodeValue(null) }),
+      });
+    expect((await performWith(`${KEY}-reads`, true)).kind).toBe('executed');
+    expect((await performWith(`${KEY}-not`, false)).kind).toBe('executed');
+    const reads = seen[`${KEY}-reads`] as { given: unknown; current: unknown };
+    expect(reads.given).toBeInstanceOf(IdempotencyContext);
+    expect(reads.current).toBe(reads.given);
+    // engine.run hands the action its context as an argument: nothing is made current.
+    await engine.run(policy, { key: `${KEY}-run` }, async () => {
+      seen.run = currentIdempotencyContext();
+    });
+    expect(seen[`${KEY}-not`]).toEqual({
+      given: expect.any(IdempotencyContext),
+      current: undefined,
+    });
+    expect(seen.run).toBeUndefined();
+    expect(currentIdempotencyContext()).toBeUndefined();
   });
 
   it('shows neither the raw key nor the tenant when printed or serialized', async () => {
@@ -76,13 +107,19 @@ describe('IdempotencyContext', () => {
     const keys = Array.from({ length: 50 }, (_, i) => `${KEY}-${i}`);
     const seen = await Promise.all(
       keys.map((key) =>
-        engine.run(policy, { key }, async () => {
-          await new Promise((resolve) => setImmediate(resolve));
-          return currentIdempotencyContext()?.keyDigest;
+        engine.perform(policy, keyed(key), {
+          readsContext: true,
+          invoke: async () => {
+            await new Promise((resolve) => setImmediate(resolve));
+            return currentIdempotencyContext()?.keyDigest;
+          },
+          capture: (value) => ({ kind: 'stored', payload: encodeValue(value) }),
         }),
       ),
     );
-    expect(seen.map((o) => o.value)).toEqual(keys.map((key) => keyDigest('charges', key)));
+    expect(seen.map((o) => (o.kind === 'executed' ? o.value : o.kind))).toEqual(
+      keys.map((key) => keyDigest('charges', key)),
+    );
   });
 });
 

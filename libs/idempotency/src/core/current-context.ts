@@ -5,9 +5,11 @@ import type { IdempotencyContext } from './context';
  * The context of the idempotent call whose work is running, for the code it
  * calls that the action's arguments do not reach (Nest's `@IdempotencyCtx()`,
  * which Nest evaluates inside the interceptor's `next.handle()`). The
- * lifecycle opens it around each run of the work. One store for the whole
- * process, found through a global symbol, so that both builds of the package
- * (CommonJS and ES module) see the same one.
+ * lifecycle opens it around each run of work that reads it
+ * (`CallWork.readsContext`), and only there: the first store entered turns
+ * on promise hooks that every later promise of the process pays for. One
+ * store for the whole process, found through a global symbol, so that both
+ * builds of the package (CommonJS and ES module) see the same one.
  */
 const STORE = Symbol.for('nest-idempotency.current-context');
 

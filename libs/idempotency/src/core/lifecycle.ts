@@ -79,6 +79,13 @@ export interface CallWork<T> {
    * `Idempotency-Continuation` header). A door without it cannot suspend.
    */
   suspended?(answer: unknown, token: string): T;
+  /**
+   * The work reads its context as the current one (a handler's
+   * `@IdempotencyCtx()` parameter), so it runs with the context current.
+   * Otherwise it runs as it was called: the first AsyncLocalStorage entered
+   * turns on promise hooks that cost every later promise in the process.
+   */
+  readsContext?: boolean;
 }
 
 /** What one run of the work is given. */
@@ -212,8 +219,12 @@ function invokeUnrecorded<T>(
     : invoke(work, { signal, capturing, context });
 }
 
-/** One run of the work, with its record's context current while it runs (none without a record). */
+/**
+ * One run of the work; for work that reads its context, with the record's
+ * context current while it runs (none without a record).
+ */
 function invoke<T>(work: CallWork<T>, invocation: Invocation): Promise<T> {
+  if (work.readsContext !== true) return work.invoke(invocation);
   return runInContext(invocation.context, () => work.invoke(invocation));
 }
 

@@ -1,5 +1,9 @@
 import { createParamDecorator } from '@nestjs/common';
 import { currentIdempotencyContext } from '../core/current-context';
+import { NEST_METADATA } from './nest-metadata';
+
+/** What Nest calls for the parameter: the context the lifecycle made current. */
+const readContext = () => currentIdempotencyContext();
 
 /**
  * The handler's `IdempotencyContext` as a parameter, on every door
@@ -11,4 +15,16 @@ import { currentIdempotencyContext } from '../core/current-context';
  * interceptor's `next.handle()`, where the lifecycle has made the record's
  * context current.
  */
-export const IdempotencyCtx = createParamDecorator(() => currentIdempotencyContext());
+export const IdempotencyCtx = createParamDecorator(readContext);
+
+/**
+ * Whether `Class.method` takes an `@IdempotencyCtx()` parameter (Nest keeps
+ * a custom parameter's factory in the method's route arguments). Only such a
+ * handler runs with its context current: entering an AsyncLocalStorage turns
+ * on promise hooks that every later promise of the process pays for.
+ */
+export function readsIdempotencyContext(classRef: object, methodName: string): boolean {
+  const args = Reflect.getMetadata(NEST_METADATA.routeArguments, classRef, methodName) as
+    Record<string, { factory?: unknown }> | undefined;
+  return args !== undefined && Object.values(args).some((arg) => arg?.factory === readContext);
+}

@@ -14,6 +14,7 @@ import { CompiledKeyExpression, compileKeyExpression } from './key-expression';
 import { compileRmq, ModuleSettings, RmqRules } from './module-settings';
 import { EVENT_HANDLER, NEST_METADATA, ROUTE_PARAM } from '../nest-metadata';
 import { compileGrpcMethod } from '../doors/grpc/grpc-method';
+import { readsIdempotencyContext } from '../idempotency-ctx.decorator';
 
 export const HTTP_ROOTS = ['body', 'params', 'query', 'headers', 'user'] as const;
 export const RPC_ROOTS = ['data', 'message'] as const;
@@ -67,6 +68,8 @@ export interface HandlerPlan {
   isEvent?: boolean;
   /** RPC: the RabbitMQ settlement rules for this handler. */
   rmq?: RmqRules;
+  /** The handler takes an `@IdempotencyCtx()` parameter: its work runs with the context current. */
+  readsContext: boolean;
 }
 
 /** Which transport a method serves, or undefined when it is not a route or message handler. */
@@ -159,6 +162,7 @@ export function compileHandlerPlan(
         : options.resumes === undefined && settings.required),
     key: compileKey(options.key, transport, where),
     fingerprint: compileFingerprint(options.fingerprint, grpc ? 'grpc' : transport, where),
+    readsContext: readsIdempotencyContext(classRef, methodName),
   };
 
   if (transport === 'http') {

@@ -117,6 +117,7 @@ export abstract class Door {
       door,
       plan.policy.strict ? new HandlerEntry() : undefined,
       transactionFor(plan, this.transactions, this.engine.store),
+      plan.readsContext,
     );
   }
 
@@ -164,6 +165,7 @@ class ChainWork implements CallWork<unknown> {
     /** Strict mode: whether the handler's own body began. */
     private readonly entry: HandlerEntry | undefined,
     readonly transaction: TransactionRunner | undefined,
+    readonly readsContext: boolean,
   ) {
     if (door.suspended) this.suspended = (answer, token) => door.suspended!(answer, token);
   }
