@@ -34,14 +34,14 @@ import { preparedName, storeQuery, StoreResult } from './query';
 import { assertTableShape, ColumnRow, COLUMNS_QUERY, PRIMARY_KEY_QUERY, schemaSql } from './schema';
 import { buildStatements, HOT_STATEMENTS, Statements } from './statements';
 import { PgReceipts } from './receipts';
-import { isUnavailable } from './unavailable';
 
 interface PeekRow {
   state: RecordState;
   fingerprint: string | null;
   lease_id: string | null;
   watched: boolean;
-  completed_at: Date | null;
+  /** Whole milliseconds since the epoch (a number, not a timestamp to parse); null unless COMPLETE. */
+  completed_ms: number | null;
   payload: Buffer | null;
   /** Null for a COMPLETE record (it has no lease). */
   lease_left_ms: number | null;
@@ -343,7 +343,8 @@ export class PostgresDialect implements Dialect {
             leaseLeftMs,
             expiresLeftMs,
             payload: row.payload,
-            completedAt: row.completed_at,
+            // Whole milliseconds on the server: rounding only undoes the float's error.
+            completedAt: row.completed_ms === null ? null : new Date(Math.round(row.completed_ms)),
             suspension,
           },
         };
@@ -610,31 +611,19 @@ export class PostgresDialect implements Dialect {
     return rows.map(toView);
   }
 
-  private async query<T = unknown>(
+  private query<T = unknown>(
     operation: string,
     text: string,
     values: unknown[],
     logged: () => unknown[],
   ): Promise<StoreResult<T>> {
-    try {
-      return await storeQuery<T>(this.connection, this.deadlines, {
-        operation,
-        text,
-        values,
-        logged,
-        name: this.preparedNames.get(text),
-      });
-    } catch (error) {
-      if (error instanceof IdempotencyStoreUnavailableError) throw error;
-      if (isUnavailable(error)) {
-        throw new IdempotencyStoreUnavailableError(
-          `PostgreSQL is unavailable during ${operation}: ${(error as Error).message}`,
-          1000,
-          { cause: error },
-        );
-      }
-      throw error;
-    }
+    return storeQuery<T>(this.connection, this.deadlines, {
+      operation,
+      text,
+      values,
+      logged,
+      name: this.preparedNames.get(text),
+    });
   }
 }
 

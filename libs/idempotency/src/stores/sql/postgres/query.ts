@@ -37,6 +37,7 @@ export type StoreResult<T> = Pick<QueryResult, 'rowCount'> & { rows: T[] };
  * DataSource never `dataSource.query`, which would log the raw parameters),
  * bounded by `deadlines` (waiting for a pooled connection included). The
  * statement is still reported to the query log, with `logged` as its parameters.
+ * A lost or unreachable server rejects with `IdempotencyStoreUnavailableError`.
  */
 export function storeQuery<T>(
   connection: PgConnection,
@@ -54,7 +55,7 @@ export function storeQuery<T>(
   return new Promise<StoreResult<T>>((resolve, reject) => {
     const fail = (error: unknown) => {
       log.queryError(error instanceof Error ? error : String(error), query.text, query.logged());
-      reject(error);
+      reject(storeError(error, query.operation));
     };
     const deadline = deadlines.add(() =>
       fail(
@@ -70,6 +71,16 @@ export function storeQuery<T>(
       else resolve(result as StoreResult<T>);
     });
   });
+}
+
+/** A connection that failed or could not be had as the typed error; any other error as it is. */
+function storeError(error: unknown, operation: string): unknown {
+  if (error instanceof IdempotencyStoreUnavailableError || !isUnavailable(error)) return error;
+  return new IdempotencyStoreUnavailableError(
+    `PostgreSQL is unavailable during ${operation}: ${(error as Error).message}`,
+    1000,
+    { cause: error },
+  );
 }
 
 type Done = (error: Error | undefined, result?: StoreResult<unknown>) => void;

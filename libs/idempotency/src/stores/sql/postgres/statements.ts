@@ -129,10 +129,12 @@ export function buildStatements(name: TableName): Statements {
         steps = CASE WHEN state = 'IN_PROGRESS' THEN steps END,
         continuation = NULL, suspended_answer = NULL, suspended_state = NULL`;
   return {
-    // The record as it is, with its times relative to the server's clock; the
-    // dialect decides (replay, refuse, wait, steal) from this one read.
+    // The record as it is, with its times relative to the server's clock and its
+    // completion as epoch milliseconds (a float parses faster than a timestamp);
+    // the dialect decides (replay, refuse, wait, steal) from this one read.
     peek: `
-      SELECT state, fingerprint, lease_id, watched, completed_at,
+      SELECT state, fingerprint, lease_id, watched,
+        date_part('epoch', date_trunc('milliseconds', completed_at)) * 1000 AS completed_ms,
         CASE WHEN state = 'COMPLETE' THEN payload END AS payload,
         suspended_answer, CASE WHEN suspended_answer IS NOT NULL THEN continuation END AS continuation,
         ${leftMs('lease_expires_at')} AS lease_left_ms, ${leftMs('expires_at')} AS expires_left_ms
