@@ -13,6 +13,7 @@ import { IdempotentMetadata } from './idempotent.metadata';
 import { MODULE_SETTINGS } from './config/module-settings.provider';
 import type { ModuleSettings } from './config/module-settings';
 import { NEST_METADATA } from './nest-metadata';
+import { IdempotencyTransactionRunner } from './transaction/transaction-runner';
 import { keySourceText } from './doors/door';
 import { requireGraphql } from './doors/graphql/graphql-errors';
 import { ScopeClaim, settleSharedScopes } from './config/shared-scopes';
@@ -59,6 +60,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     private readonly modules: ModulesContainer,
     @Inject(MODULE_SETTINGS) private readonly settings: ModuleSettings,
     private readonly providerMethods: ProviderMethodsBinder,
+    private readonly transactions: IdempotencyTransactionRunner,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -134,6 +136,8 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       recordRmqConsumerAck();
     }
     if (this.hasGraphqlMutations) await requireGraphql();
+    if (claims.some((claim) => claim.plan.completion === 'transaction'))
+      await this.transactions.prepare();
     if (this.hasGatewayHandlers) await websockets.load();
     await this.settings.store.init?.();
     // Receipts on: their tables must be there (SQL), or the bootstrap fails naming the migration.

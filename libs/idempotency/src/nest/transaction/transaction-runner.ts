@@ -1,4 +1,4 @@
-import { Injectable, OnModuleInit } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { IdempotencyConfigError } from '../../core/errors';
 import { optionalPeer, preloadOptionalPeer } from '../../core/optional-peer';
@@ -18,12 +18,18 @@ interface ClsTransactionHost {
  * the handler also finds it through `IdempotencyTransaction.manager`.
  */
 @Injectable()
-export class IdempotencyTransactionRunner implements OnModuleInit {
+export class IdempotencyTransactionRunner {
   private host: ClsTransactionHost | undefined;
 
   constructor(private readonly moduleRef: ModuleRef) {}
 
-  async onModuleInit(): Promise<void> {
+  /**
+   * Finds `@nestjs-cls/transactional`'s host, at bootstrap, once some handler
+   * completes in a transaction (the explorer calls it). Only then: loading
+   * nestjs-cls enters its AsyncLocalStorage, which turns on promise hooks
+   * that every later promise of the process pays for, used or not.
+   */
+  async prepare(): Promise<void> {
     await preloadOptionalPeer('@nestjs-cls/transactional');
     this.host = this.findClsHost();
   }
