@@ -1,6 +1,7 @@
 import { Body, Controller, INestApplication, Post } from '@nestjs/common';
 import { createRequire } from 'node:module';
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 import { Idempotent, IdempotencyModule, InMemoryIdempotencyStore } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { send, startHttpApp } from '../support/http-app';
@@ -12,10 +13,11 @@ import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
  * module loads it only when some handler completes in a transaction: loading
  * it enters nestjs-cls's AsyncLocalStorage, which turns on promise hooks that
  * every later promise of the process pays for, whether the application uses
- * nestjs-cls or not.
+ * nestjs-cls or not. Node keeps every CommonJS module it loaded (nestjs-cls
+ * is one) in one cache, whoever asks.
  */
 const clsLoaded = () =>
-  Object.keys(createRequire(import.meta.url).cache).some((path) =>
+  Object.keys(createRequire(join(process.cwd(), 'package.json')).cache).some((path) =>
     /[\\/]nestjs-cls[\\/]/.test(path),
   );
 

@@ -2,8 +2,15 @@ import { createParamDecorator } from '@nestjs/common';
 import { currentIdempotencyContext } from '../core/current-context';
 import { NEST_METADATA } from './nest-metadata';
 
+/**
+ * Marks the parameter's factory. A symbol of the global registry, like the
+ * current context's store, so that a handler plan compiled by one build of
+ * the package (CommonJS or ES module) knows the decorator of the other.
+ */
+const READS_CONTEXT = Symbol.for('nest-idempotency.reads-context');
+
 /** What Nest calls for the parameter: the context the lifecycle made current. */
-const readContext = () => currentIdempotencyContext();
+const readContext = Object.assign(() => currentIdempotencyContext(), { [READS_CONTEXT]: true });
 
 /**
  * The handler's `IdempotencyContext` as a parameter, on every door
@@ -26,5 +33,10 @@ export const IdempotencyCtx = createParamDecorator(readContext);
 export function readsIdempotencyContext(classRef: object, methodName: string): boolean {
   const args = Reflect.getMetadata(NEST_METADATA.routeArguments, classRef, methodName) as
     Record<string, { factory?: unknown }> | undefined;
-  return args !== undefined && Object.values(args).some((arg) => arg?.factory === readContext);
+  return (
+    args !== undefined &&
+    Object.values(args).some(
+      (arg) => (arg?.factory as Record<symbol, unknown> | undefined)?.[READS_CONTEXT] === true,
+    )
+  );
 }

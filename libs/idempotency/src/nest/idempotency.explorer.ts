@@ -128,6 +128,10 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
     }
     settleSharedScopes(claims);
     for (const claim of claims) this.warnSharedKey(claim.plan);
+    // Started before the first await: a transaction that comes meanwhile waits for it.
+    const transactionsPrepared = claims.some((claim) => claim.plan.completion === 'transaction')
+      ? this.transactions.prepare()
+      : undefined;
     // Message handlers: @nestjs/microservices is loaded now (a missing package fails the
     // bootstrap), Kafka keys keep their bytes, and RabbitMQ deliveries say their consumer's noAck. Mutations: graphql, the same way.
     if (this.hasMessageHandlers) {
@@ -136,8 +140,7 @@ export class IdempotencyExplorer implements OnModuleInit, OnApplicationShutdown 
       recordRmqConsumerAck();
     }
     if (this.hasGraphqlMutations) await requireGraphql();
-    if (claims.some((claim) => claim.plan.completion === 'transaction'))
-      await this.transactions.prepare();
+    await transactionsPrepared;
     if (this.hasGatewayHandlers) await websockets.load();
     await this.settings.store.init?.();
     // Receipts on: their tables must be there (SQL), or the bootstrap fails naming the migration.

@@ -20,18 +20,24 @@ interface ClsTransactionHost {
 @Injectable()
 export class IdempotencyTransactionRunner {
   private host: ClsTransactionHost | undefined;
+  /** Set by `prepare()`; until it settles, a transaction waits for it. */
+  private prepared: Promise<void> | undefined;
+  private ready = false;
 
   constructor(private readonly moduleRef: ModuleRef) {}
 
   /**
    * Finds `@nestjs-cls/transactional`'s host, at bootstrap, once some handler
-   * completes in a transaction (the explorer calls it). Only then: loading
+   * completes in a transaction (the explorer starts it before its first
+   * await, so no such call can come before it). Only then: loading
    * nestjs-cls enters its AsyncLocalStorage, which turns on promise hooks
    * that every later promise of the process pays for, used or not.
    */
-  async prepare(): Promise<void> {
-    await preloadOptionalPeer('@nestjs-cls/transactional');
-    this.host = this.findClsHost();
+  prepare(): Promise<void> {
+    return (this.prepared ??= preloadOptionalPeer('@nestjs-cls/transactional').then(() => {
+      this.host = this.findClsHost();
+      this.ready = true;
+    }));
   }
 
   /** Whether the transactions come from `@nestjs-cls/transactional`. */
@@ -40,6 +46,10 @@ export class IdempotencyTransactionRunner {
   }
 
   runnerFor(store: IdempotencyStore): TransactionRunner {
+    const prepared = this.prepared;
+    // A call that came while the host was still being looked for opens its transaction after.
+    if (prepared !== undefined && !this.ready)
+      return (work) => prepared.then(() => this.runnerFor(store)(work));
     const host = this.host;
     if (host) {
       return (work) =>
