@@ -100,8 +100,9 @@ export interface Invocation {
   /** `completion: 'transaction'`: the transaction's handle (a TypeORM `EntityManager`). */
   tx?: unknown;
   /**
-   * The record's context (absent when the work runs without a record); it is
-   * also the current one while the work runs (`currentIdempotencyContext`).
+   * The record's context (absent when the work runs without a record); for
+   * work that `readsContext`, also the current one while it runs
+   * (`currentIdempotencyContext`).
    */
   context?: IdempotencyContext;
 }

@@ -40,11 +40,6 @@ export class IdempotencyTransactionRunner {
     }));
   }
 
-  /** Whether the transactions come from `@nestjs-cls/transactional`. */
-  get usesCls(): boolean {
-    return this.host !== undefined;
-  }
-
   runnerFor(store: IdempotencyStore): TransactionRunner {
     const prepared = this.prepared;
     // A call that came while the host was still being looked for opens its transaction after.
