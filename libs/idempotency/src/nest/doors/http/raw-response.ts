@@ -2,10 +2,10 @@ import { type OutgoingHttpHeaders, ServerResponse } from 'node:http';
 
 /** A response as the adapter finished it: status, headers and body bytes, before any byte is sent. */
 export interface FinishedResponse {
-  status: number;
+  readonly status: number;
   /** Lower-case names. */
-  headers: OutgoingHttpHeaders;
-  body: Buffer;
+  readonly headers: OutgoingHttpHeaders;
+  readonly body: Buffer;
 }
 
 /** What to write instead: the finished response as it is, or another one. */
@@ -73,7 +73,6 @@ export class HeldResponse {
       if (typeof a === 'function') this.addCallback(a as Callback);
       else this.collect(a, b, c);
       this.restore();
-      markEnded(res, true);
       this.flush();
       return res;
     }) as End;
@@ -121,13 +120,11 @@ export class HeldResponse {
     res.end = this.end;
   }
 
-  private body(): Buffer {
-    if (this.rest !== undefined) return Buffer.concat(this.rest);
-    if (this.first === undefined) return Buffer.alloc(0);
-    return toBuffer(this.first, this.firstEncoding);
-  }
-
-  /** Asks `decide` what goes out, and writes it (at once when `decide` answers at once). */
+  /**
+   * Asks `decide` what goes out, and writes it. When `decide` answers at once
+   * (a replay, a refusal) the bytes go out inside the application's `end()`;
+   * only a wait marks the response ended meanwhile (see `markEnded`).
+   */
   private flush(): void {
     const res = this.res;
     // getHeaders() is a fresh object with lower-case names; writeHead's own come on top.
@@ -136,11 +133,13 @@ export class HeldResponse {
     if (given !== undefined)
       for (const name of Object.keys(given)) headers[name.toLowerCase()] = given[name];
     for (const name of Object.keys(headers)) if (headers[name] === undefined) delete headers[name];
-    const finished: FinishedResponse = {
-      status: this.held ? this.status : res.statusCode,
+    const finished = new Finished(
+      this.held ? this.status : res.statusCode,
       headers,
-      body: this.body(),
-    };
+      this.first,
+      this.firstEncoding,
+      this.rest,
+    );
     let decided: Outgoing | Promise<Outgoing>;
     try {
       decided = this.decide(finished);
@@ -148,6 +147,7 @@ export class HeldResponse {
       decided = AS_FINISHED;
     }
     if (decided instanceof Promise) {
+      markEnded(res, true);
       decided.then(
         (outgoing) => this.send(outgoing, finished),
         () => this.send(AS_FINISHED, finished),
@@ -194,6 +194,27 @@ export class HeldResponse {
     if (this.end === NODE_END && bytes.length <= ONE_PIECE_BYTES)
       return endWith(res, bytes.toString('latin1'), true, done);
     endWith(res, bytes, false, done);
+  }
+}
+
+/** The finished response; its body is joined into one `Buffer` only when something reads it (a replay does not). */
+class Finished implements FinishedResponse {
+  private bytes: Buffer | undefined = undefined;
+
+  constructor(
+    readonly status: number,
+    readonly headers: OutgoingHttpHeaders,
+    private readonly first: string | Buffer | undefined,
+    private readonly firstEncoding: BufferEncoding,
+    private readonly rest: Buffer[] | undefined,
+  ) {}
+
+  get body(): Buffer {
+    if (this.bytes !== undefined) return this.bytes;
+    if (this.rest !== undefined) this.bytes = Buffer.concat(this.rest);
+    else if (this.first === undefined) this.bytes = Buffer.alloc(0);
+    else this.bytes = toBuffer(this.first, this.firstEncoding);
+    return this.bytes;
   }
 }
 

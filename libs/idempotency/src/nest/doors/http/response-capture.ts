@@ -17,8 +17,9 @@ export class ResponseCapture implements DoorCapture {
   private held: HeldResponse | undefined = undefined;
   private handlerReturned = false;
   private answeredEarly = false;
-  private readonly finished = deferred<FinishedResponse>();
-  private readonly outgoing = deferred<Outgoing>();
+  /** Made only for a run whose response is held (a replay or a refusal never needs them). */
+  private finishedDeferred: Deferred<FinishedResponse> | undefined = undefined;
+  private outgoingDeferred: Deferred<Outgoing> | undefined = undefined;
   /** The handler's value, once it returned. */
   readonly value = deferred<unknown>();
 
@@ -65,6 +66,14 @@ export class ResponseCapture implements DoorCapture {
   /** The response goes out as written, whatever happened after the handler returned. */
   answerAsWritten(): void {
     this.outgoing.resolve(AS_FINISHED);
+  }
+
+  private get finished(): Deferred<FinishedResponse> {
+    return (this.finishedDeferred ??= deferred<FinishedResponse>());
+  }
+
+  private get outgoing(): Deferred<Outgoing> {
+    return (this.outgoingDeferred ??= deferred<Outgoing>());
   }
 
   private decide(finished: FinishedResponse): Promise<Outgoing> {
