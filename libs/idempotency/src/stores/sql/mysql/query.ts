@@ -1,9 +1,9 @@
 import type { DataSource } from 'typeorm';
-import { errorText } from '../../../core/error-text';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type { Deadlines } from '../bounded-query';
 import type { QueryLog } from '../query-log';
 import { isMysqlUnavailable } from './unavailable';
+import { storeError } from '../unavailable-error';
 
 /*
  * The slice of mysql2's callback API the store uses, typed here so that the
@@ -138,7 +138,7 @@ export function mysqlStoreQuery<T>(
     let running: MysqlConnection | undefined;
     let attempts = 1;
     const report = (error: Error) => {
-      reject(storeError(error, product, query.operation));
+      reject(storeError(error, product, query.operation, isMysqlUnavailable));
       try {
         log.queryError(error, query.text, query.logged());
       } catch {
@@ -220,16 +220,6 @@ export function mysqlStoreQuery<T>(
     }
     attempt();
   });
-}
-
-/** What a failed statement is reported as: unavailable (retry later), or the driver's own error. */
-function storeError(error: Error, product: string, operation: string): Error {
-  if (error instanceof IdempotencyStoreUnavailableError || !isMysqlUnavailable(error)) return error;
-  return new IdempotencyStoreUnavailableError(
-    `${product} is unavailable during ${operation}: ${errorText(error)}`,
-    1000,
-    { cause: error },
-  );
 }
 
 /** InnoDB's ER_LOCK_DEADLOCK: this statement was chosen as the victim and rolled back whole. */

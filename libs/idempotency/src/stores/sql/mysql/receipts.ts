@@ -23,6 +23,7 @@ import {
 import type { MysqlConnector, MysqlPoolConnection } from './query';
 import { mysqlQualified, type MysqlTableName } from './sql';
 import { isMysqlUnavailable } from './unavailable';
+import { storeError } from '../unavailable-error';
 
 const ASCII = 'CHARACTER SET ascii COLLATE ascii_bin';
 
@@ -193,7 +194,7 @@ export class MysqlReceipts implements DialectReceipts {
     const connection = await new Promise<Parameters<Parameters<MysqlConnector>[0]>[1]>(
       (resolve, reject) => connector((error, taken) => (error ? reject(error) : resolve(taken))),
     ).catch((error: unknown) => {
-      throw this.storeError(error, operation);
+      throw storeError(error, this.product, operation, isMysqlUnavailable);
     });
     if (!connection) throw new IdempotencyStoreUnavailableError(`${operation}: no connection`);
     let timer: NodeJS.Timeout | undefined;
@@ -219,23 +220,11 @@ export class MysqlReceipts implements DialectReceipts {
         }),
       ]);
     } catch (error) {
-      throw this.storeError(error, operation);
+      throw storeError(error, this.product, operation, isMysqlUnavailable);
     } finally {
       clearTimeout(timer);
       if (timedOut) connection.destroy();
       else connection.release();
     }
-  }
-
-  private storeError(error: unknown, operation: string): unknown {
-    if (error instanceof IdempotencyStoreUnavailableError) return error;
-    if (isMysqlUnavailable(error)) {
-      return new IdempotencyStoreUnavailableError(
-        `${this.product} is unavailable during ${operation}: ${(error as Error).message}`,
-        1000,
-        { cause: error },
-      );
-    }
-    return error;
   }
 }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Pool, QueryConfig, QueryResult } from 'pg';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type { Deadlines } from '../bounded-query';
+import { storeError } from '../unavailable-error';
 import type { PgConnection } from './pool';
 import { isUnavailable } from './unavailable';
 
@@ -55,7 +56,7 @@ export function storeQuery<T>(
   return new Promise<StoreResult<T>>((resolve, reject) => {
     const fail = (error: unknown) => {
       log.queryError(error instanceof Error ? error : String(error), query.text, query.logged());
-      reject(storeError(error, query.operation));
+      reject(storeError(error, 'PostgreSQL', query.operation, isUnavailable));
     };
     const deadline = deadlines.add(() =>
       fail(
@@ -71,16 +72,6 @@ export function storeQuery<T>(
       else resolve(result as StoreResult<T>);
     });
   });
-}
-
-/** A connection that failed or could not be had as the typed error; any other error as it is. */
-function storeError(error: unknown, operation: string): unknown {
-  if (error instanceof IdempotencyStoreUnavailableError || !isUnavailable(error)) return error;
-  return new IdempotencyStoreUnavailableError(
-    `PostgreSQL is unavailable during ${operation}: ${(error as Error).message}`,
-    1000,
-    { cause: error },
-  );
 }
 
 type Done = (error: Error | undefined, result?: StoreResult<unknown>) => void;
