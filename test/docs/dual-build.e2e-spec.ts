@@ -142,6 +142,44 @@ console.log(JSON.stringify({ copies: required.IdempotencyModule === imported.Ide
     expect(warnings.match(/NEST_IDEMPOTENCY_TWO_BUILDS/g)).toHaveLength(1);
   });
 
+  it("a handler's @IdempotencyCtx() from one copy gets its context from the other copy's module", async () => {
+    const { result } = await inProcess(`
+import { createRequire } from 'node:module';
+import { Controller, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+const required = createRequire(import.meta.url)('nest-idempotency');
+const imported = await import('nest-idempotency');
+const { InMemoryIdempotencyStore } = await import('nest-idempotency/core');
+class Charges {
+  charge(ctx) {
+    return { context: ctx === undefined ? 'none' : typeof ctx.locator };
+  }
+}
+// As \`@Post('charge') @Idempotent() charge(@IdempotencyCtx() ctx)\` would, with the parameter from the other copy.
+required.IdempotencyCtx()(Charges.prototype, 'charge', 0);
+let method = Object.getOwnPropertyDescriptor(Charges.prototype, 'charge');
+for (const decorate of [imported.Idempotent(), Post('charge')])
+  method = decorate(Charges.prototype, 'charge', method) ?? method;
+Object.defineProperty(Charges.prototype, 'charge', method);
+Controller('c')(Charges);
+class App {}
+Module({
+  imports: [imported.IdempotencyModule.forRoot({ store: new InMemoryIdempotencyStore() })],
+  controllers: [Charges],
+})(App);
+const app = await NestFactory.create(App, { logger: false });
+await app.listen(0, '127.0.0.1');
+const response = await fetch(await app.getUrl() + '/c/charge', {
+  method: 'POST',
+  headers: { 'idempotency-key': 'dual-build-ctx' },
+});
+const body = await response.json();
+await app.close();
+console.log(JSON.stringify({ copies: required.IdempotencyModule === imported.IdempotencyModule ? 1 : 2, status: response.status, ...body }));
+`);
+    expect(result).toEqual({ copies: 2, status: 201, context: 'function' });
+  });
+
   it('where require() cannot load an ES module (as under Jest), the engine falls back to the CommonJS build, which agrees', async () => {
     const { result, warnings } = await inProcess(
       `

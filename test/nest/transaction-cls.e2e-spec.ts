@@ -18,6 +18,9 @@ import {
   IdempotencyTransaction,
 } from 'nest-idempotency';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { ModuleRef } from '@nestjs/core';
+import { Test } from '@nestjs/testing';
+import { IdempotencyTransactionRunner } from '../../libs/idempotency/src/nest/transaction/transaction-runner';
 import { DataSource, EntityManager } from 'typeorm';
 import { ADAPTERS, send, startHttpApp } from '../support/http-app';
 import { dropSchema, openDataSource, scratchSchema } from '../support/postgres';
@@ -183,5 +186,41 @@ describe('engine.runInTransaction, without Nest', () => {
     expect(await rows(account)).toBe(1);
     expect(await store.find({ scope: 'ledger.post', key: failingKey })).toBeNull();
     await store.close();
+  });
+});
+
+describe('a transaction asked for while the host is still being looked for', () => {
+  it("waits for the lookup and runs in the host's transaction, not the store's own", async () => {
+    const store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        DataSourceModule,
+        ClsModule.forRoot({
+          global: true,
+          plugins: [
+            new ClsPluginTransactional({
+              imports: [DataSourceModule],
+              adapter: new TransactionalAdapterTypeOrm({ dataSourceToken: DataSource }),
+            }),
+          ],
+        }),
+      ],
+    }).compile();
+    try {
+      const txHost = moduleRef.get(TransactionHost, { strict: false });
+      const runner = new IdempotencyTransactionRunner(moduleRef.get(ModuleRef));
+      // Preparation loads @nestjs-cls/transactional asynchronously: the runner is asked for in between.
+      const preparing = runner.prepare();
+      const run = runner.runnerFor(store);
+      const seen = await run(async (tx) => ({
+        hosts: tx === txHost.tx,
+        active: txHost.isTransactionActive(),
+      }));
+      await preparing;
+      expect(seen).toEqual({ hosts: true, active: true });
+    } finally {
+      await moduleRef.close();
+      await store.close();
+    }
   });
 });
