@@ -1,4 +1,5 @@
 import { type OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { forgetPrototypeHold, holdThroughPrototype, type PrototypeHold } from './prototype-hold';
 
 /** A response as the adapter finished it: status, headers and body bytes, before any byte is sent. */
 export interface FinishedResponse {
@@ -31,16 +32,22 @@ const NODE_END = ServerResponse.prototype.end;
  * what is held is exactly what the client would receive. `decide` may take its
  * time (storing the result); nothing reaches the socket until it answers.
  *
- * `release()` puts the response's own methods back, before or after it ended.
+ * `release()` lets the calls through again, before or after it ended.
  *
- * The methods are put back by assignment, never `delete`: deleting own
+ * The hold replaces the response's `writeHead`, `write` and `end` with
+ * methods of its own, put back by assignment, never `delete` (deleting own
  * properties turns the response into a dictionary-mode object, which slows
- * every later property access Node and the framework make on it.
+ * every later property access Node and the framework make on it); on an
+ * Express response it is installed once on the prototype instead (see
+ * ./prototype-hold.ts).
  */
-export class HeldResponse {
+export class HeldResponse implements PrototypeHold {
+  /** What writes the response once nothing is held (put back on it, when held with methods of its own). */
   private readonly writeHead: WriteHead;
   private readonly write: Write;
   private readonly end: End;
+  /** Held through the response's prototype (Express; see ./prototype-hold.ts), not methods of its own. */
+  private readonly throughPrototype: boolean;
   private status = 0;
   private headHeaders: OutgoingHttpHeaders | undefined = undefined;
   private held = false;
@@ -50,37 +57,60 @@ export class HeldResponse {
   private rest: Buffer[] | undefined = undefined;
   private callbacks: Callback[] | undefined = undefined;
   private released = false;
+  ended = false;
 
   constructor(
-    private readonly res: ServerResponse,
+    readonly res: ServerResponse,
     private readonly decide: (finished: FinishedResponse) => Outgoing | Promise<Outgoing>,
   ) {
+    const below = holdThroughPrototype(res, this);
+    if (below !== undefined) {
+      this.throughPrototype = true;
+      this.writeHead = below.writeHead;
+      this.write = below.write;
+      this.end = below.end;
+      return;
+    }
+    this.throughPrototype = false;
     // Whatever is there now (the prototype's methods, or another wrapper's) is put back later.
     this.writeHead = res.writeHead;
     this.write = res.write;
     this.end = res.end;
-    res.writeHead = ((status: number, a?: unknown, b?: unknown) => {
-      this.held = true;
-      this.status = status;
-      this.headHeaders = headersOf(a, b);
-      return res;
-    }) as WriteHead;
-    res.write = ((chunk: unknown, a?: unknown, b?: unknown) => {
-      this.collect(chunk, a, b);
-      return true;
-    }) as Write;
-    res.end = ((a?: unknown, b?: unknown, c?: unknown) => {
-      if (typeof a === 'function') this.addCallback(a as Callback);
-      else this.collect(a, b, c);
-      this.restore();
-      this.flush();
-      return res;
-    }) as End;
+    res.writeHead = ((status: number, a?: unknown, b?: unknown) =>
+      this.heldWriteHead(status, a, b)) as WriteHead;
+    res.write = ((chunk: unknown, a?: unknown, b?: unknown) =>
+      this.heldWrite(chunk, a, b)) as Write;
+    res.end = ((a?: unknown, b?: unknown, c?: unknown) => this.heldEnd(a, b, c)) as End;
   }
 
   /** Stops holding: the response's own methods are back (nothing held is written). */
   release(): void {
     this.restore();
+    if (this.throughPrototype && !this.ended) forgetPrototypeHold(this);
+  }
+
+  holding(): boolean {
+    return !this.released;
+  }
+
+  heldWriteHead(status: number, a?: unknown, b?: unknown): ServerResponse {
+    this.held = true;
+    this.status = status;
+    this.headHeaders = headersOf(a, b);
+    return this.res;
+  }
+
+  heldWrite(chunk: unknown, a?: unknown, b?: unknown): boolean {
+    this.collect(chunk, a, b);
+    return true;
+  }
+
+  heldEnd(a?: unknown, b?: unknown, c?: unknown): ServerResponse {
+    if (typeof a === 'function') this.addCallback(a as Callback);
+    else this.collect(a, b, c);
+    this.restore();
+    this.flush();
+    return this.res;
   }
 
   private addCallback(callback: Callback): void {
@@ -114,6 +144,7 @@ export class HeldResponse {
   private restore(): void {
     if (this.released) return;
     this.released = true;
+    if (this.throughPrototype) return;
     const res = this.res;
     res.writeHead = this.writeHead;
     res.write = this.write;
@@ -147,12 +178,18 @@ export class HeldResponse {
       decided = AS_FINISHED;
     }
     if (decided instanceof Promise) {
-      markEnded(res, true);
+      this.markEnded(true);
       decided.then(
         (outgoing) => this.send(outgoing, finished),
         () => this.send(AS_FINISHED, finished),
       );
     } else this.send(decided, finished);
+  }
+
+  /** See `WRITABLE_ENDED`; through the prototype, its `writableEnded` reads `ended`. */
+  private markEnded(ended: boolean): void {
+    if (this.throughPrototype) this.ended = ended;
+    else markEnded(this.res, ended);
   }
 
   private send(outgoing: Outgoing, finished: FinishedResponse): void {
@@ -165,7 +202,8 @@ export class HeldResponse {
         : () => {
             for (const callback of callbacks) callback();
           };
-    markEnded(res, false);
+    this.markEnded(false);
+    if (this.throughPrototype) forgetPrototypeHold(this);
     if (res.destroyed) return done?.();
     if (outgoing.kind === 'as-finished') {
       if (this.held) res.writeHead(this.status, given);

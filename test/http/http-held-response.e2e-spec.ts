@@ -1,0 +1,283 @@
+import { Controller, HttpCode, INestApplication, Post, Res } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import http, { type ServerResponse } from 'node:http';
+import net from 'node:net';
+import {
+  Idempotent,
+  IdempotencyModule,
+  InMemoryIdempotencyStore,
+  Lease,
+  StoredPayload,
+} from 'nest-idempotency';
+import { ADAPTERS, AdapterName, send, startHttpApp } from '../support/http-app';
+
+/**
+ * The held response on the connections real clients use: keep-alive
+ * connections that carry held and unheld responses in turn, pipelined
+ * requests (a response waiting for its turn has no socket yet), a wrapper a
+ * middleware put on `res.end` before the hold, and what the application
+ * sees of a response it ended while its record is still being stored. On
+ * Express the hold sits on the application's response prototype, on
+ * Fastify on the response itself (see raw-response.ts, prototype-hold.ts).
+ */
+function deferred<T = void>() {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** The in-memory store whose completions wait for `open`, once `armed`; `reached(n)`: n of them are waiting. */
+class GatedStore extends InMemoryIdempotencyStore {
+  armed = false;
+  open = deferred();
+  private waiting = 0;
+  private readonly watchers: { count: number; resolve: () => void }[] = [];
+
+  arm(): void {
+    this.armed = true;
+    this.open = deferred();
+    this.waiting = 0;
+  }
+
+  reached(count: number): Promise<void> {
+    const watcher = deferred();
+    this.watchers.push({ count, resolve: watcher.resolve });
+    this.notify();
+    return watcher.promise;
+  }
+
+  override async complete(lease: Lease, payload: StoredPayload): Promise<void> {
+    if (this.armed) {
+      this.waiting++;
+      this.notify();
+      await this.open.promise;
+    }
+    return super.complete(lease, payload);
+  }
+
+  private notify(): void {
+    for (const watcher of this.watchers) if (this.waiting >= watcher.count) watcher.resolve();
+  }
+}
+
+let runs = 0;
+let lastResponse: ServerResponse | undefined;
+
+@Controller('held')
+class HeldController {
+  @Post('charge')
+  @HttpCode(200)
+  @Idempotent({ scope: 'held-charges' })
+  charge() {
+    return { charged: ++runs };
+  }
+
+  @Post('plain')
+  @HttpCode(200)
+  plain() {
+    return { plain: true, padding: 'x'.repeat(64) };
+  }
+
+  @Post('watched')
+  @HttpCode(200)
+  @Idempotent({ scope: 'held-watched' })
+  watched(@Res({ passthrough: true }) response: { raw?: ServerResponse } & ServerResponse) {
+    lastResponse = response.raw ?? response;
+    return { watched: ++runs };
+  }
+}
+
+/** POSTs on `agent` (keep-alive, few sockets); resolves with the status, body and replay header. */
+function post(
+  url: string,
+  agent: http.Agent,
+  path: string,
+  key?: string,
+): Promise<{ status: number; body: string; replayed: boolean }> {
+  return new Promise((resolve, reject) => {
+    const request = http.request(`${url}${path}`, {
+      method: 'POST',
+      agent,
+      headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+    });
+    request.on('response', (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('end', () =>
+        resolve({
+          status: response.statusCode!,
+          body: Buffer.concat(chunks).toString('utf8'),
+          replayed: response.headers['idempotent-replayed'] === 'true',
+        }),
+      );
+    });
+    request.on('error', reject);
+    request.end('{}');
+  });
+}
+
+describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: AdapterName) => {
+  let app: INestApplication;
+  let url: string;
+  let store: GatedStore;
+  /** What the middleware's wrapper of `res.end` was handed, per request id. */
+  const wrapped = new Map<string, string>();
+
+  beforeAll(async () => {
+    store = new GatedStore();
+    ({ app, url } = await startHttpApp(
+      adapter,
+      {
+        imports: [IdempotencyModule.forRoot({ store, purge: false })],
+        controllers: [HeldController],
+      },
+      (nest) => {
+        // A middleware that wraps res.end before any interceptor runs (as a logger
+        // or a compression middleware does): the hold is installed above it.
+        nest.use(
+          (
+            req: { headers: Record<string, string | undefined> },
+            res: ServerResponse,
+            next: () => void,
+          ) => {
+            const id = req.headers['x-wrap'];
+            if (id === undefined) return next();
+            const end = res.end;
+            res.end = function (this: ServerResponse, ...args: unknown[]) {
+              const chunk = args[0];
+              wrapped.set(id, Buffer.isBuffer(chunk) ? chunk.toString('latin1') : String(chunk));
+              return (end as (...a: unknown[]) => ServerResponse).apply(this, args);
+            } as ServerResponse['end'];
+            next();
+          },
+        );
+      },
+    ));
+  });
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it('keep-alive connections carry held and unheld responses in turn, each as its own', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 3 });
+    try {
+      const keys = Array.from({ length: 20 }, () => randomUUID());
+      const firsts = await Promise.all(
+        keys.map((key, i) =>
+          i % 2 === 0 ? post(url, agent, '/held/charge', key) : post(url, agent, '/held/plain'),
+        ),
+      );
+      // Replays and plain routes again, interleaved on the same few sockets.
+      const seconds = await Promise.all(
+        keys.map((key, i) =>
+          i % 2 === 0 ? post(url, agent, '/held/charge', key) : post(url, agent, '/held/plain'),
+        ),
+      );
+      for (let i = 0; i < keys.length; i++) {
+        if (i % 2 === 1) {
+          expect(firsts[i]).toEqual({
+            status: 200,
+            body: JSON.stringify({ plain: true, padding: 'x'.repeat(64) }),
+            replayed: false,
+          });
+          expect(seconds[i]).toEqual(firsts[i]);
+        } else {
+          expect(firsts[i].status).toBe(200);
+          expect(firsts[i].replayed).toBe(false);
+          expect(JSON.parse(firsts[i].body)).toEqual({ charged: expect.any(Number) });
+          expect(seconds[i]).toEqual({ ...firsts[i], replayed: true });
+        }
+      }
+      const charged = firsts.filter((_, i) => i % 2 === 0).map((r) => r.body);
+      expect(new Set(charged).size).toBe(keys.length / 2);
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('pipelined requests on one socket each get their own answer, in order', async () => {
+    const keys = [randomUUID(), randomUUID(), randomUUID()];
+    const request = (path: string, key?: string) =>
+      `POST ${path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 2\r\n${
+        key ? `Idempotency-Key: ${key}\r\n` : ''
+      }\r\n{}`;
+    // The first charge's completion waits, so the requests behind it are handled while it is
+    // held: their responses wait for the socket (Node assigns it once the one before finishes).
+    store.arm();
+    const { port } = new URL(url);
+    const socket = net.connect(Number(port), '127.0.0.1');
+    const raw: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => raw.push(chunk));
+    const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    // Five requests in one write: a later one is parsed while an earlier one is still held.
+    socket.write(
+      request('/held/charge', keys[0]) +
+        request('/held/plain') +
+        request('/held/charge', keys[1]) +
+        request('/held/charge', keys[0]) +
+        request('/held/charge', keys[2]).replace('Host: test', 'Host: test\r\nConnection: close'),
+    );
+    try {
+      // The three fresh charges (the first, and two whose responses have no socket yet).
+      await store.reached(3);
+    } finally {
+      store.armed = false;
+      store.open.resolve();
+    }
+    await closed;
+    const text = Buffer.concat(raw).toString('utf8');
+    const bodies = [...text.matchAll(/\r\n\r\n(\{[^}]*\})/g)].map(
+      (m) => JSON.parse(m[1]) as object,
+    );
+    const statuses = [...text.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+    expect(statuses).toEqual([200, 200, 200, 200, 200]);
+    expect(bodies).toHaveLength(5);
+    expect(bodies[1]).toEqual({ plain: true, padding: 'x'.repeat(64) });
+    expect(bodies[3]).toEqual(bodies[0]);
+    const charged = [bodies[0], bodies[2], bodies[4]].map(
+      (b) => (b as { charged: number }).charged,
+    );
+    expect(new Set(charged).size).toBe(3);
+    expect(text.match(/idempotent-replayed: true/gi)).toHaveLength(1);
+  });
+
+  it("a wrapper a middleware put on res.end stays above the hold: it sees what goes out, the record the handler's response", async () => {
+    const key = randomUUID();
+    const first = await send(url, 'POST', '/held/charge', {
+      key,
+      body: {},
+      headers: { 'x-wrap': 'first' },
+    });
+    const again = await send(url, 'POST', '/held/charge', {
+      key,
+      body: {},
+      headers: { 'x-wrap': 'again' },
+    });
+    expect(first.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.text).toBe(first.text);
+    expect(wrapped.get('first')).toBe(first.text);
+    expect(wrapped.get('again')).toBe(first.text);
+    const record = await store.find({ scope: 'held-charges', key });
+    expect(record?.state).toBe('COMPLETE');
+  });
+
+  it('an ended response reads as ended while its record is stored, and finished only once sent', async () => {
+    store.arm();
+    try {
+      const answered = send(url, 'POST', '/held/watched', { key: randomUUID(), body: {} });
+      await store.reached(1);
+      const res = lastResponse!;
+      const during = { ended: res.writableEnded, finished: res.writableFinished };
+      store.open.resolve();
+      const reply = await answered;
+      expect(during).toEqual({ ended: true, finished: false });
+      expect(reply.status).toBe(200);
+      expect(res.writableEnded).toBe(true);
+      expect(res.writableFinished).toBe(true);
+    } finally {
+      store.armed = false;
+      store.open.resolve();
+    }
+  });
+});
