@@ -59,11 +59,11 @@ export function holdThroughPrototype(
   res: ServerResponse,
   hold: PrototypeHold,
 ): HeldMethods | undefined {
+  const proto = Object.getPrototypeOf(res) as object | null;
+  if (proto === ServerResponse.prototype || proto === null || !(proto instanceof ServerResponse))
+    return undefined;
   const socket = res.socket as (Marked & object) | null;
   if (socket === null || socket === undefined) return undefined;
-  const proto = Object.getPrototypeOf(res) as object | null;
-  if (proto === null || proto === ServerResponse.prototype || !(proto instanceof ServerResponse))
-    return undefined;
   const installed = installedOn(proto as ServerResponse);
   if (
     res.writeHead !== installed.writeHead ||
