@@ -1,4 +1,15 @@
-import { Controller, HttpCode, INestApplication, Post, Res } from '@nestjs/common';
+import {
+  CallHandler,
+  Controller,
+  ExecutionContext,
+  HttpCode,
+  INestApplication,
+  Injectable,
+  NestInterceptor,
+  Post,
+  Res,
+  UseInterceptors,
+} from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import http, { type ServerResponse } from 'node:http';
 import net from 'node:net';
@@ -62,6 +73,27 @@ class GatedStore extends InMemoryIdempotencyStore {
 
 let runs = 0;
 let lastResponse: ServerResponse | undefined;
+/** How often the wrapper an inner interceptor put on `res.end` ran, per request id. */
+const innerEnds = new Map<string, number>();
+
+/** Listed above `@Idempotent`, so it runs inside it: wraps `res.end` after the hold started, and counts its calls. */
+@Injectable()
+class WrapEndInterceptor implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler) {
+    const http = context.switchToHttp();
+    const request = http.getRequest<{ headers: Record<string, string | undefined> }>();
+    const response = http.getResponse<{ raw?: ServerResponse } & ServerResponse>();
+    const res = response.raw ?? response;
+    const id = request.headers['x-inner'] ?? '';
+    const end = res.end;
+    innerEnds.set(id, 0);
+    res.end = function (this: ServerResponse, ...args: unknown[]) {
+      innerEnds.set(id, innerEnds.get(id)! + 1);
+      return (end as (...a: unknown[]) => ServerResponse).apply(this, args);
+    } as ServerResponse['end'];
+    return next.handle();
+  }
+}
 
 @Controller('held')
 class HeldController {
@@ -70,6 +102,20 @@ class HeldController {
   @Idempotent({ scope: 'held-charges' })
   charge() {
     return { charged: ++runs };
+  }
+
+  @Post('inner')
+  @HttpCode(200)
+  @UseInterceptors(WrapEndInterceptor)
+  @Idempotent({ scope: 'held-inner' })
+  inner() {
+    return { inner: ++runs, text: 'ünïcode' };
+  }
+
+  @Post('fails')
+  @Idempotent({ scope: 'held-fails' })
+  fails(): never {
+    throw new Error('the handler failed');
   }
 
   @Post('plain')
@@ -162,6 +208,11 @@ describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: 
     const agent = new http.Agent({ keepAlive: true, maxSockets: 3 });
     try {
       const keys = Array.from({ length: 20 }, () => randomUUID());
+      // A failed handler's response (its hold released) on the same sockets first.
+      const failed = await Promise.all(
+        keys.slice(0, 6).map((key) => post(url, agent, '/held/fails', key)),
+      );
+      expect(failed.map((r) => r.status)).toEqual([500, 500, 500, 500, 500, 500]);
       const firsts = await Promise.all(
         keys.map((key, i) =>
           i % 2 === 0 ? post(url, agent, '/held/charge', key) : post(url, agent, '/held/plain'),
@@ -260,6 +311,54 @@ describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: 
     expect(wrapped.get('again')).toBe(first.text);
     const record = await store.find({ scope: 'held-charges', key });
     expect(record?.state).toBe('COMPLETE');
+  });
+
+  it('a wrapper an inner interceptor put on res.end after the hold started runs once, with the bytes', async () => {
+    const key = randomUUID();
+    const first = await send(url, 'POST', '/held/inner', {
+      key,
+      body: {},
+      headers: { 'x-inner': 'first' },
+    });
+    expect(first.status).toBe(200);
+    expect(first.json()).toEqual({ inner: expect.any(Number), text: 'ünïcode' });
+    expect(innerEnds.get('first')).toBe(1);
+    const again = await send(url, 'POST', '/held/inner', {
+      key,
+      body: {},
+      headers: { 'x-inner': 'again' },
+    });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.text).toBe(first.text);
+    // A replay does not run the handler's chain, so the inner interceptor never saw it.
+    expect(innerEnds.has('again')).toBe(false);
+  });
+
+  it('a second application of the same framework in the process holds its responses too', async () => {
+    const other = await startHttpApp(adapter, {
+      imports: [IdempotencyModule.forRoot({ store: new InMemoryIdempotencyStore(), purge: false })],
+      controllers: [HeldController],
+    });
+    try {
+      const key = randomUUID();
+      const [here, there] = await Promise.all([
+        send(url, 'POST', '/held/charge', { key, body: {} }),
+        send(other.url, 'POST', '/held/charge', { key, body: {} }),
+      ]);
+      const [hereAgain, thereAgain] = await Promise.all([
+        send(url, 'POST', '/held/charge', { key, body: {} }),
+        send(other.url, 'POST', '/held/charge', { key, body: {} }),
+      ]);
+      // Two stores: each application ran the key once, and replays its own answer.
+      expect(here.text).not.toBe(there.text);
+      expect([hereAgain.text, thereAgain.text]).toEqual([here.text, there.text]);
+      expect([hereAgain, thereAgain].map((r) => r.headers.get('idempotent-replayed'))).toEqual([
+        'true',
+        'true',
+      ]);
+    } finally {
+      await other.app.close();
+    }
   });
 
   it('an ended response reads as ended while its record is stored, and finished only once sent', async () => {

@@ -29,19 +29,26 @@ export interface PrototypeHold {
  * with a hidden class of its own in V8: each property added to it (a held
  * response's three methods, put back afterwards) takes V8's slow store path,
  * about 3 µs apiece. So on such a response the hold is installed once, on
- * the prototype: its `writeHead`, `write` and `end` ask the response's
- * socket which hold, if any, is on the response it runs for (a socket serves
- * one response at a time; a pipelined response waiting for its turn has no
- * socket yet and is held with methods of its own). Responses that are not
- * held go straight through, at the cost of one property read.
+ * the framework's response prototype right above Node's (Express's own
+ * `response` object, which every application and mounted application of
+ * that Express inherits, so a request that moves between them stays held):
+ * its `writeHead`, `write` and `end` ask the response's socket which hold,
+ * if any, is on the response it runs for. A socket serves one response at a
+ * time (`socket._httpMessage`); a pipelined response waiting for its turn
+ * has no socket yet, and is held with methods of its own. Responses that
+ * are not held go through, at the cost of a property read, to whatever
+ * Node's prototype has then (an agent that patches it later is still called).
  */
 const HOLD = Symbol('nest-idempotency.hold');
 const INSTALLED = Symbol('nest-idempotency.prototype-hold');
 
-type Marked = { [HOLD]?: PrototypeHold };
+type Marked = { [HOLD]?: PrototypeHold; _httpMessage?: unknown };
+type Name = keyof HeldMethods;
+const NAMES: readonly Name[] = ['writeHead', 'write', 'end'];
+
 interface Installed extends HeldMethods {
-  /** What the prototype resolved them to before: what a response that is not held runs. */
-  below: HeldMethods;
+  /** What runs below them: the prototype's own method where it had one, else Node's of the moment. */
+  below(): HeldMethods;
 }
 
 function holdOf(res: ServerResponse): PrototypeHold | undefined {
@@ -50,21 +57,21 @@ function holdOf(res: ServerResponse): PrototypeHold | undefined {
 }
 
 /**
- * Holds `res` through its prototype, where that is what `res` runs (a
- * framework's prototype below Node's, no method of its own, none replaced
- * on the prototype since): the methods the hold sits on, or `undefined`
- * when the hold must install methods on the response itself.
+ * Holds `res` through its framework's prototype, where that is what `res`
+ * runs (no method of its own, none replaced on the prototypes since) and
+ * its socket is its own: the methods the hold sits on, or `undefined` when
+ * the hold must install methods on the response itself.
  */
 export function holdThroughPrototype(
   res: ServerResponse,
   hold: PrototypeHold,
 ): HeldMethods | undefined {
-  const proto = Object.getPrototypeOf(res) as object | null;
-  if (proto === ServerResponse.prototype || proto === null || !(proto instanceof ServerResponse))
+  const own = Object.getPrototypeOf(res) as object | null;
+  if (own === ServerResponse.prototype || own === null || !(own instanceof ServerResponse))
     return undefined;
   const socket = res.socket as (Marked & object) | null;
-  if (socket === null || socket === undefined) return undefined;
-  const installed = installedOn(proto as ServerResponse);
+  if (socket === null || socket === undefined || socket._httpMessage !== res) return undefined;
+  const installed = installedOn(frameworkPrototype(own));
   if (
     res.writeHead !== installed.writeHead ||
     res.write !== installed.write ||
@@ -72,7 +79,7 @@ export function holdThroughPrototype(
   )
     return undefined;
   socket[HOLD] = hold;
-  return installed.below;
+  return installed.below();
 }
 
 /** The socket forgets `hold` (it stays only until the next response on that socket otherwise). */
@@ -81,27 +88,51 @@ export function forgetPrototypeHold(hold: PrototypeHold): void {
   if (socket?.[HOLD] === hold) socket[HOLD] = undefined;
 }
 
+/** The prototype right above Node's `ServerResponse.prototype` in `proto`'s chain. */
+function frameworkPrototype(proto: object): ServerResponse {
+  let at = proto;
+  for (;;) {
+    const parent = Object.getPrototypeOf(at) as object;
+    if (parent === ServerResponse.prototype) return at as ServerResponse;
+    at = parent;
+  }
+}
+
 function installedOn(proto: ServerResponse): Installed {
   const marked = proto as ServerResponse & { [INSTALLED]?: Installed };
   if (Object.prototype.hasOwnProperty.call(proto, INSTALLED)) return marked[INSTALLED]!;
-  const below: HeldMethods = { writeHead: proto.writeHead, write: proto.write, end: proto.end };
+  // A method of the framework's own stays below; otherwise Node's, looked up at each call.
+  const kept: Partial<HeldMethods> = {};
+  for (const name of NAMES) {
+    if (Object.prototype.hasOwnProperty.call(proto, name))
+      (kept as Record<Name, unknown>)[name] = proto[name];
+  }
+  const node = ServerResponse.prototype;
+  const below = (): HeldMethods => ({
+    writeHead: kept.writeHead ?? node.writeHead,
+    write: kept.write ?? node.write,
+    end: kept.end ?? node.end,
+  });
   const installed: Installed = {
     below,
     writeHead: function (this: ServerResponse, ...args: unknown[]) {
       const hold = holdOf(this);
       if (hold !== undefined && hold.holding())
         return hold.heldWriteHead(args[0] as number, args[1], args[2]);
-      return (below.writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
+      return ((kept.writeHead ?? node.writeHead) as (...a: unknown[]) => ServerResponse).apply(
+        this,
+        args,
+      );
     } as WriteHead,
     write: function (this: ServerResponse, ...args: unknown[]) {
       const hold = holdOf(this);
       if (hold !== undefined && hold.holding()) return hold.heldWrite(args[0], args[1], args[2]);
-      return (below.write as (...a: unknown[]) => boolean).apply(this, args);
+      return ((kept.write ?? node.write) as (...a: unknown[]) => boolean).apply(this, args);
     } as Write,
     end: function (this: ServerResponse, ...args: unknown[]) {
       const hold = holdOf(this);
       if (hold !== undefined && hold.holding()) return hold.heldEnd(args[0], args[1], args[2]);
-      return (below.end as (...a: unknown[]) => ServerResponse).apply(this, args);
+      return ((kept.end ?? node.end) as (...a: unknown[]) => ServerResponse).apply(this, args);
     } as End,
   };
   // `writableEnded` as on a response held with methods of its own (see raw-response.ts).

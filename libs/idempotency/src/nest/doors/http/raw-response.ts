@@ -206,13 +206,13 @@ export class HeldResponse implements PrototypeHold {
     if (this.throughPrototype) forgetPrototypeHold(this);
     if (res.destroyed) return done?.();
     if (outgoing.kind === 'as-finished') {
-      if (this.held) res.writeHead(this.status, given);
+      if (this.held) this.writeHead.call(res, this.status, given);
       // One string goes back as it came, so Node writes it with the head in one piece.
       const body =
         this.rest === undefined && typeof this.first === 'string' && this.firstEncoding === 'utf8'
           ? this.first
           : finished.body;
-      return endWith(res, body, false, done);
+      return endWith(res, this.end, body, false, done);
     }
     for (const name of res.getHeaderNames()) res.removeHeader(name);
     // A 204 or 304 has no body, and no Content-Length either (RFC 9110).
@@ -223,15 +223,15 @@ export class HeldResponse implements PrototypeHold {
     for (const name of Object.keys(replacing))
       if (name !== 'content-length') out[name] = replacing[name];
     if (!bodiless) out['content-length'] = String(outgoing.body.length);
-    res.writeHead(outgoing.status, out);
-    if (bodiless) return endWith(res, undefined, false, done);
+    this.writeHead.call(res, outgoing.status, out);
+    if (bodiless) return endWith(res, this.end, undefined, false, done);
     const bytes = outgoing.body;
     // On Node's own `end`, a small body goes as a latin1 string (one character per byte, so the
     // bytes are unchanged), which Node sends in one piece with the head where bytes would go as a
     // second chunk. Another library's `end` (compression, a logger) gets the bytes, as it expects.
     if (this.end === NODE_END && bytes.length <= ONE_PIECE_BYTES)
-      return endWith(res, bytes.toString('latin1'), true, done);
-    endWith(res, bytes, false, done);
+      return endWith(res, this.end, bytes.toString('latin1'), true, done);
+    endWith(res, this.end, bytes, false, done);
   }
 }
 
@@ -257,20 +257,24 @@ class Finished implements FinishedResponse {
 }
 
 /**
- * `res.end(body[, 'latin1'][, done])`: the encoding only for a latin1 string, the callback only
- * when there is one, so that a wrapper of `end` taking `(chunk, callback)` still gets both.
+ * `end.call(res, body[, 'latin1'][, done])`, with the `end` the hold sits on (not whatever a
+ * wrapper installed after the hold put on the response since, which already ran for these
+ * bytes): the encoding only for a latin1 string, the callback only when there is one, so that
+ * a wrapper of `end` taking `(chunk, callback)` still gets both.
  */
 function endWith(
   res: ServerResponse,
+  end: End,
   body: string | Buffer | undefined,
   latin1: boolean,
   done: (() => void) | undefined,
 ): void {
+  const send = end as (this: ServerResponse, ...args: unknown[]) => unknown;
   if (latin1) {
-    if (done === undefined) res.end(body, 'latin1');
-    else res.end(body, 'latin1', done);
-  } else if (done === undefined) res.end(body);
-  else res.end(body, done);
+    if (done === undefined) send.call(res, body, 'latin1');
+    else send.call(res, body, 'latin1', done);
+  } else if (done === undefined) send.call(res, body);
+  else send.call(res, body, done);
 }
 
 /** Set on a held response whose application called `end()`, until the held bytes go out. */

@@ -1,0 +1,87 @@
+/**
+ * One HTTP workload against the in-memory application, for profiling:
+ *
+ *   BENCH_APP_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof' \
+ *     node -r @swc-node/register bench/tools/http-profile.ts fastify 'fresh keys, memory store' 40000
+ *
+ * Warms up with a quarter of the requests, then sends the given number and
+ * prints the requests answered in all (to divide a profile by) and the
+ * application's CPU per request. Summarize the profile with
+ * bench/tools/cpuprofile-summary.ts.
+ *
+ * BENCH_PROFILE_STORE=redis runs the application on the Redis store instead
+ * (the machine's Redis, IDEMPOTENCY_BENCH_REDIS_URL; a scratch key prefix,
+ * deleted afterwards), BENCH_PROFILE_STORE=mariadb on the MySQL/MariaDB store
+ * (the machine's MariaDB, IDEMPOTENCY_BENCH_MYSQL_URL; a scratch table,
+ * dropped afterwards), with the workloads 'fresh keys' and 'replay'.
+ */
+import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import { Adapter, completeReplayKey, HttpWorkload, runLoad, startApp } from '../lib/http';
+import {
+  connectRedis,
+  deleteRedisPrefix,
+  MYSQL_URL,
+  openMysqlDataSource,
+  REDIS_URL,
+  scratchPrefix,
+} from '../lib/servers';
+
+async function main() {
+  const [adapter = 'fastify', workload = 'fresh keys, memory store', count = '40000'] =
+    process.argv.slice(2);
+  const amount = Number(count);
+  const redis = process.env.BENCH_PROFILE_STORE === 'redis';
+  const mariadb = process.env.BENCH_PROFILE_STORE === 'mariadb';
+  const prefix = scratchPrefix('profile');
+  const table = `idem_bench_profile_${process.pid}`;
+  const admin = mariadb ? await openMysqlDataSource('idem-bench-profile', 2) : undefined;
+  if (admin) {
+    const setup = new TypeOrmIdempotencyStore(admin, { table, ensureSchema: true });
+    await setup.init();
+    await setup.close();
+  }
+  const app = await startApp({
+    adapter: adapter as Adapter,
+    store: redis ? 'redis' : mariadb ? 'mariadb' : 'memory',
+    databaseUrl: redis ? REDIS_URL : mariadb ? MYSQL_URL : '',
+    schema: redis ? prefix : mariadb ? table : '',
+  });
+  try {
+    const replayKey = await completeReplayKey(app.url);
+    const load = { connections: 32, replayKey };
+    const warm = await runLoad(app.url, workload as HttpWorkload, {
+      ...load,
+      amount: Math.ceil(amount / 4),
+    });
+    type Cpu = { cpuMicros: number; systemMicros: number };
+    const fs = await import('node:fs');
+    const io = () => Object.fromEntries(fs.readFileSync(`/proc/${app.pid}/io`, 'utf8').trim().split('\n').map((l) => { const [k, v] = l.split(': '); return [k, Number(v)]; }));
+    const st = () => { const f = fs.readFileSync(`/proc/${app.pid}/status`, 'utf8'); const g = (n: string) => Number(f.match(new RegExp(n + ':\\s+(\\d+)'))![1]); return { vol: g('voluntary_ctxt_switches'), inv: g('nonvoluntary_ctxt_switches') }; };
+    const io0 = io(); const st0 = st();
+    const before = await app.ask<Cpu>('cpu', 'cpuMicros');
+    const sample = await runLoad(app.url, workload as HttpWorkload, { ...load, amount });
+    const after = await app.ask<Cpu>('cpu', 'cpuMicros');
+    const per = (x: number) => (x / sample.requests).toFixed(1);
+    const io1 = io(); const st1 = st();
+    console.log(`syscr/req ${((io1.syscr - io0.syscr) / sample.requests).toFixed(3)} syscw/req ${((io1.syscw - io0.syscw) / sample.requests).toFixed(3)} wbytes/req ${((io1.wchar - io0.wchar) / sample.requests).toFixed(0)} volcs/req ${((st1.vol - st0.vol) / sample.requests).toFixed(3)} invcs/req ${((st1.inv - st0.inv) / sample.requests).toFixed(3)}`);
+    console.log(
+      `${adapter}, ${workload}: ${sample.rps.toFixed(0)} req/s, app CPU ${per(after.cpuMicros - before.cpuMicros)} µs/request (system ${per(after.systemMicros - before.systemMicros)}); ${warm.requests + sample.requests + 1} requests in all`,
+    );
+  } finally {
+    await app.stop();
+    if (redis) {
+      const client = await connectRedis();
+      await deleteRedisPrefix(client, prefix);
+      client.destroy();
+    }
+    if (admin) {
+      await admin.query(`DROP TABLE IF EXISTS \`${table}\``);
+      await admin.destroy();
+    }
+  }
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
