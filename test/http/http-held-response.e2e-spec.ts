@@ -20,6 +20,7 @@ import {
   Lease,
   StoredPayload,
 } from 'nest-idempotency';
+import { Gate } from '../support/gate';
 import { ADAPTERS, AdapterName, send, startHttpApp } from '../support/http-app';
 
 /**
@@ -31,28 +32,22 @@ import { ADAPTERS, AdapterName, send, startHttpApp } from '../support/http-app';
  * Express the hold sits on the application's response prototype, on
  * Fastify on the response itself (see raw-response.ts, prototype-hold.ts).
  */
-function deferred<T = void>() {
-  let resolve!: (value: T) => void;
-  const promise = new Promise<T>((r) => (resolve = r));
-  return { promise, resolve };
-}
-
 /** The in-memory store whose completions wait for `open`, once `armed`; `reached(n)`: n of them are waiting. */
 class GatedStore extends InMemoryIdempotencyStore {
   armed = false;
-  open = deferred();
+  open = new Gate();
   private waiting = 0;
   private readonly watchers: { count: number; resolve: () => void }[] = [];
 
   arm(): void {
     this.armed = true;
-    this.open = deferred();
+    this.open = new Gate();
     this.waiting = 0;
   }
 
   reached(count: number): Promise<void> {
-    const watcher = deferred();
-    this.watchers.push({ count, resolve: watcher.resolve });
+    const watcher = new Gate();
+    this.watchers.push({ count, resolve: () => watcher.open() });
     this.notify();
     return watcher.promise;
   }
@@ -273,7 +268,7 @@ describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: 
       await store.reached(3);
     } finally {
       store.armed = false;
-      store.open.resolve();
+      store.open.open();
     }
     await closed;
     const text = Buffer.concat(raw).toString('utf8');
@@ -368,7 +363,7 @@ describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: 
       await store.reached(1);
       const res = lastResponse!;
       const during = { ended: res.writableEnded, finished: res.writableFinished };
-      store.open.resolve();
+      store.open.open();
       const reply = await answered;
       expect(during).toEqual({ ended: true, finished: false });
       expect(reply.status).toBe(200);
@@ -376,7 +371,7 @@ describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: 
       expect(res.writableFinished).toBe(true);
     } finally {
       store.armed = false;
-      store.open.resolve();
+      store.open.open();
     }
   });
 });

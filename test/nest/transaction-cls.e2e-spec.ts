@@ -73,6 +73,18 @@ class ClsLedgerController {
 })
 class DataSourceModule {}
 
+/** nestjs-cls with its transactional plugin on the test's DataSource. */
+const clsModule = () =>
+  ClsModule.forRoot({
+    global: true,
+    plugins: [
+      new ClsPluginTransactional({
+        imports: [DataSourceModule],
+        adapter: new TransactionalAdapterTypeOrm({ dataSourceToken: DataSource }),
+      }),
+    ],
+  });
+
 const rows = async (account: string) =>
   (
     (await dataSource.query(
@@ -104,19 +116,7 @@ describe.each(ADAPTERS)(
     beforeAll(async () => {
       store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
       ({ app, url } = await startHttpApp(adapter, {
-        imports: [
-          DataSourceModule,
-          ClsModule.forRoot({
-            global: true,
-            plugins: [
-              new ClsPluginTransactional({
-                imports: [DataSourceModule],
-                adapter: new TransactionalAdapterTypeOrm({ dataSourceToken: DataSource }),
-              }),
-            ],
-          }),
-          IdempotencyModule.forRoot({ store }),
-        ],
+        imports: [DataSourceModule, clsModule(), IdempotencyModule.forRoot({ store })],
         controllers: [ClsLedgerController],
         providers: [LedgerService],
       }));
@@ -193,18 +193,7 @@ describe('a transaction asked for while the host is still being looked for', () 
   it("waits for the lookup and runs in the host's transaction, not the store's own", async () => {
     const store = new TypeOrmIdempotencyStore(dataSource, { schema, ensureSchema: true });
     const moduleRef = await Test.createTestingModule({
-      imports: [
-        DataSourceModule,
-        ClsModule.forRoot({
-          global: true,
-          plugins: [
-            new ClsPluginTransactional({
-              imports: [DataSourceModule],
-              adapter: new TransactionalAdapterTypeOrm({ dataSourceToken: DataSource }),
-            }),
-          ],
-        }),
-      ],
+      imports: [DataSourceModule, clsModule()],
     }).compile();
     try {
       const txHost = moduleRef.get(TransactionHost, { strict: false });
