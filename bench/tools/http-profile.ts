@@ -14,8 +14,12 @@
  * deleted afterwards), BENCH_PROFILE_STORE=mariadb on the MySQL/MariaDB store
  * (the machine's MariaDB, IDEMPOTENCY_BENCH_MYSQL_URL; a scratch table,
  * dropped afterwards), with the workloads 'fresh keys' and 'replay'.
+ * BENCH_PROFILE_STORE=peer-redis or peer-memory runs node-idempotency
+ * (bench/peer) instead, on Redis or in memory, with the same two workloads.
  */
+import fs from 'node:fs';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
+import type { PeerStore } from '../peer/load';
 import { Adapter, completeReplayKey, HttpWorkload, runLoad, startApp } from '../lib/http';
 import {
   connectRedis,
@@ -32,6 +36,9 @@ async function main() {
   const amount = Number(count);
   const redis = process.env.BENCH_PROFILE_STORE === 'redis';
   const mariadb = process.env.BENCH_PROFILE_STORE === 'mariadb';
+  const peer = process.env.BENCH_PROFILE_STORE?.startsWith('peer-')
+    ? (process.env.BENCH_PROFILE_STORE as PeerStore)
+    : undefined;
   const prefix = scratchPrefix('profile');
   const table = `idem_bench_profile_${process.pid}`;
   const admin = mariadb ? await openMysqlDataSource('idem-bench-profile', 2) : undefined;
@@ -42,9 +49,9 @@ async function main() {
   }
   const app = await startApp({
     adapter: adapter as Adapter,
-    store: redis ? 'redis' : mariadb ? 'mariadb' : 'memory',
-    databaseUrl: redis ? REDIS_URL : mariadb ? MYSQL_URL : '',
-    schema: redis ? prefix : mariadb ? table : '',
+    store: peer ?? (redis ? 'redis' : mariadb ? 'mariadb' : 'memory'),
+    databaseUrl: redis || peer === 'peer-redis' ? REDIS_URL : mariadb ? MYSQL_URL : '',
+    schema: redis || peer ? prefix : mariadb ? table : '',
   });
   try {
     const replayKey = await completeReplayKey(app.url);
@@ -54,16 +61,23 @@ async function main() {
       amount: Math.ceil(amount / 4),
     });
     type Cpu = { cpuMicros: number; systemMicros: number };
+    const io = () => {
+      const text = fs.readFileSync(`/proc/${app.pid}/io`, 'utf8');
+      const field = (name: string) => Number(text.match(new RegExp(`^${name}: (\\d+)`, 'm'))?.[1]);
+      return { reads: field('syscr'), writes: field('syscw') };
+    };
+    const ioBefore = io();
     const before = await app.ask<Cpu>('cpu', 'cpuMicros');
     const sample = await runLoad(app.url, workload as HttpWorkload, { ...load, amount });
     const after = await app.ask<Cpu>('cpu', 'cpuMicros');
+    const ioAfter = io();
     const per = (x: number) => (x / sample.requests).toFixed(1);
     console.log(
-      `${adapter}, ${workload}: ${sample.rps.toFixed(0)} req/s, app CPU ${per(after.cpuMicros - before.cpuMicros)} µs/request (system ${per(after.systemMicros - before.systemMicros)}); ${warm.requests + sample.requests + 1} requests in all`,
+      `${adapter}, ${workload}: ${sample.rps.toFixed(0)} req/s, app CPU ${per(after.cpuMicros - before.cpuMicros)} µs/request (system ${per(after.systemMicros - before.systemMicros)}); read/write system calls per request ${per(ioAfter.reads - ioBefore.reads)} / ${per(ioAfter.writes - ioBefore.writes)}; ${warm.requests + sample.requests + 1} requests in all`,
     );
   } finally {
     await app.stop();
-    if (redis) {
+    if (redis || peer === 'peer-redis') {
       const client = await connectRedis();
       await deleteRedisPrefix(client, prefix);
       client.destroy();
