@@ -8,6 +8,7 @@ import {
   Lease,
   storedKeyDigest,
 } from 'nest-idempotency';
+import { recordLocator } from 'nest-idempotency/store-kit';
 import { RedisIdempotencyStore } from '../../libs/idempotency/src/redis';
 import { connectStandalone, describeIfRedis, StandaloneClient } from '../support/redis';
 import { addressOf, ExecutedCommand, MonitorSpy } from '../support/redis-traffic';
@@ -215,6 +216,58 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         expect(Buffer.isBuffer(raw) && raw.equals(payload)).toBe(true);
         const view = await store.find({ scope, key: 'k' });
         expect(view?.payload?.equals(payload)).toBe(true);
+      });
+
+      it('complete leaves no step field, with or without a fingerprint, and after a resumption', async () => {
+        const scope = `steps-${randomUUID()}`;
+        const fieldsOf = async (key: string) =>
+          ((await admin.sendCommand(['HKEYS', store.keys.record(scope, key).key])) as string[])
+            .map(String)
+            .sort();
+        const withSteps = async (lease: Lease, names: string[]) => {
+          for (const name of names) {
+            await store.steps.begin(lease, name);
+            await store.steps.record(lease, name, Buffer.from(`${name}-done`));
+          }
+        };
+        // No fingerprint, one step: one field past the five every held record has.
+        const bare = await acquired(store.tryAcquire(request(scope, 'bare')));
+        await withSteps(bare, ['charge']);
+        await store.complete(bare, Buffer.from('bare'));
+        // A fingerprint and two steps, one begun and never recorded.
+        const printed = await acquired(
+          store.tryAcquire(request(scope, 'printed', { fingerprint: 'f'.repeat(64) })),
+        );
+        await withSteps(printed, ['charge']);
+        await store.steps.begin(printed, 'mail');
+        await store.complete(printed, Buffer.from('printed'));
+        // Suspended and resumed (its continuation stays), then a step.
+        const suspended = await acquired(store.tryAcquire(request(scope, 'resumed')));
+        await store.continuations.suspend(suspended, {
+          continuation: 'c1',
+          answer: Buffer.from('wait'),
+          state: Buffer.from('s'),
+          holdMs: 60_000,
+        });
+        const admitted = await store.continuations.resume({
+          scope,
+          locator: recordLocator(scope, 'resumed'),
+          continuation: 'c1',
+          leaseMs: 10_000,
+          ttlMs: 60_000,
+        });
+        if (admitted.kind !== 'admitted') throw new Error(`resume: ${admitted.kind}`);
+        await withSteps(admitted.lease, ['ship']);
+        await store.complete(admitted.lease, Buffer.from('resumed'));
+        // Without steps the record's fields are the same, so nothing was dropped that should stay.
+        const plain = await acquired(store.tryAcquire(request(scope, 'plain')));
+        await store.complete(plain, Buffer.from('plain'));
+
+        const complete = ['c', 'd', 'e', 'k', 'p', 's', 'st'];
+        expect(await fieldsOf('bare')).toEqual(complete);
+        expect(await fieldsOf('printed')).toEqual([...complete, 'f'].sort());
+        expect(await fieldsOf('resumed')).toEqual([...complete, 'cn'].sort());
+        expect(await fieldsOf('plain')).toEqual(complete);
       });
     });
 

@@ -87,7 +87,7 @@ export const ACQUIRE = script(
   'acquire',
   `
 local now = now_ms()
-local r = redis.call('HMGET', KEYS[1], 'st', 'le', 'e', 'f', 'd', 'w', 'cn')
+local r = redis.call('HMGET', KEYS[1], 'st', 'le', 'e', 'f', 'd', 'w', 'cn', 'p')
 local state = r[1]
 local stolen = '0'
 if state then
@@ -118,7 +118,7 @@ if state then
     end
     local payload = false
     if state == 'COMPLETE' then
-      payload = redis.call('HGET', KEYS[1], 'p')
+      payload = r[8]
     elseif ARGV[8] == '1' and not r[6] and not (ARGV[6] == '1' and r[4] and r[4] ~= ARGV[7]) then
       redis.call('HSET', KEYS[1], 'w', '1')
     end
@@ -131,9 +131,13 @@ if state then
 end
 local lease_at = now + tonumber(ARGV[4])
 local expires_at = now + tonumber(ARGV[5])
-redis.call('HSET', KEYS[1], 's', ARGV[1], 'k', ARGV[2], 'st', 'IN_PROGRESS', 'l', ARGV[3],
-  'le', ms(lease_at), 'e', ms(expires_at), 'c', ms(now))
-if ARGV[6] == '1' then redis.call('HSET', KEYS[1], 'f', ARGV[7]) end
+if ARGV[6] == '1' then
+  redis.call('HSET', KEYS[1], 's', ARGV[1], 'k', ARGV[2], 'st', 'IN_PROGRESS', 'l', ARGV[3],
+    'le', ms(lease_at), 'e', ms(expires_at), 'c', ms(now), 'f', ARGV[7])
+else
+  redis.call('HSET', KEYS[1], 's', ARGV[1], 'k', ARGV[2], 'st', 'IN_PROGRESS', 'l', ARGV[3],
+    'le', ms(lease_at), 'e', ms(expires_at), 'c', ms(now))
+end
 redis.call('PEXPIREAT', KEYS[1], at(math.max(lease_at, expires_at)))
 return {'acquired', stolen}
 `,
@@ -147,12 +151,17 @@ return {'acquired', stolen}
 export const COMPLETE = script(
   'complete',
   `
-local r = redis.call('HMGET', KEYS[1], 'st', 'l', 'w')
+local r = redis.call('HMGET', KEYS[1], 'st', 'l', 'w', 'f', 'cn')
 if r[1] ~= 'IN_PROGRESS' or r[2] ~= ARGV[1] then return 0 end
 local now = now_ms()
 local expires_at = now + tonumber(ARGV[3])
 redis.call('HDEL', KEYS[1], 'l', 'le', 'w')
-drop_steps(KEYS[1])
+-- Past s, k, st, e, c and the optional f and cn, a held record's fields are its steps:
+-- looked for only when there are more.
+local plain = 5
+if r[4] then plain = plain + 1 end
+if r[5] then plain = plain + 1 end
+if redis.call('HLEN', KEYS[1]) > plain then drop_steps(KEYS[1]) end
 redis.call('HSET', KEYS[1], 'st', 'COMPLETE', 'p', ARGV[2], 'd', ms(now), 'e', ms(expires_at))
 redis.call('PEXPIREAT', KEYS[1], at(expires_at))
 if r[3] then
