@@ -10,8 +10,11 @@ import {
   Res,
   UseInterceptors,
 } from '@nestjs/common';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import http, { type ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
 import net from 'node:net';
 import {
   Idempotent,
@@ -372,6 +375,82 @@ describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: 
     } finally {
       store.armed = false;
       store.open.open();
+    }
+  });
+});
+
+/** The `express` that Nest's Express adapter runs (the outer application must be the same framework). */
+function nestsExpress(): () => ExpressApp {
+  const fromTest = createRequire(import.meta.url);
+  const fromAdapter = createRequire(fromTest.resolve('@nestjs/platform-express'));
+  return fromAdapter('express') as () => ExpressApp;
+}
+
+type Handler = (req: unknown, res: { json(body: unknown): void }) => void;
+interface ExpressApp {
+  (req: http.IncomingMessage, res: ServerResponse): void;
+  post(path: string, handler: Handler): void;
+  use(path: string, app: unknown): void;
+}
+
+describe('a Nest application mounted inside another Express application', () => {
+  let app: INestApplication;
+  let server: http.Server;
+  let url: string;
+
+  beforeAll(async () => {
+    const express = nestsExpress();
+    const inner = express();
+    const moduleRef = await Test.createTestingModule({
+      imports: [IdempotencyModule.forRoot({ store: new InMemoryIdempotencyStore(), purge: false })],
+      controllers: [HeldController],
+    }).compile();
+    app = moduleRef.createNestApplication(new ExpressAdapter(inner), { logger: false });
+    await app.init();
+    // Express gives a request entering a mounted application that application's response
+    // prototype, and the outer one's back when it leaves: both inherit the held methods.
+    const outer = express();
+    outer.post('/outer/plain', (_req, res) => res.json({ outer: true }));
+    outer.use('/api', inner);
+    server = http.createServer(outer);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as net.AddressInfo;
+    url = `http://127.0.0.1:${port}`;
+  });
+  afterAll(async () => {
+    await new Promise<void>((resolve) => server?.close(() => resolve()));
+    await app?.close();
+  });
+
+  it("holds and replays the mounted application's responses, and leaves the outer one's alone, on shared connections", async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
+    try {
+      const keys = Array.from({ length: 12 }, () => randomUUID());
+      const round = () =>
+        Promise.all(
+          keys.map((key, i) =>
+            i % 3 === 2
+              ? post(url, agent, '/outer/plain')
+              : post(url, agent, '/api/held/charge', key),
+          ),
+        );
+      const firsts = await round();
+      const seconds = await round();
+      for (let i = 0; i < keys.length; i++) {
+        if (i % 3 === 2) {
+          expect(firsts[i]).toEqual({ status: 200, body: '{"outer":true}', replayed: false });
+          expect(seconds[i]).toEqual(firsts[i]);
+          continue;
+        }
+        expect(firsts[i].status).toBe(200);
+        expect(firsts[i].replayed).toBe(false);
+        expect(JSON.parse(firsts[i].body)).toEqual({ charged: expect.any(Number) });
+        expect(seconds[i]).toEqual({ ...firsts[i], replayed: true });
+      }
+      const charged = firsts.filter((_, i) => i % 3 !== 2).map((r) => r.body);
+      expect(new Set(charged).size).toBe(charged.length);
+    } finally {
+      agent.destroy();
     }
   });
 });

@@ -218,7 +218,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         expect(view?.payload?.equals(payload)).toBe(true);
       });
 
-      it('complete leaves no step field, with or without a fingerprint, and after a resumption', async () => {
+      it('complete leaves no step field, with or without a fingerprint, after a resumption and after a takeover', async () => {
         const scope = `steps-${randomUUID()}`;
         const fieldsOf = async (key: string) =>
           ((await admin.sendCommand(['HKEYS', store.keys.record(scope, key).key])) as string[])
@@ -259,6 +259,15 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         if (admitted.kind !== 'admitted') throw new Error(`resume: ${admitted.kind}`);
         await withSteps(admitted.lease, ['ship']);
         await store.complete(admitted.lease, Buffer.from('resumed'));
+        // Taken over after its lease ran out: the steps stay, the old holder's fingerprint goes.
+        const lapsed = await acquired(
+          store.tryAcquire(request(scope, 'taken', { leaseMs: 200, fingerprint: 'a'.repeat(64) })),
+        );
+        await withSteps(lapsed, ['charge']);
+        await delay(350);
+        const taker = await acquired(store.tryAcquire(request(scope, 'taken')));
+        await withSteps(taker, ['mail']);
+        await store.complete(taker, Buffer.from('taken'));
         // Without steps the record's fields are the same, so nothing was dropped that should stay.
         const plain = await acquired(store.tryAcquire(request(scope, 'plain')));
         await store.complete(plain, Buffer.from('plain'));
@@ -267,6 +276,7 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
         expect(await fieldsOf('bare')).toEqual(complete);
         expect(await fieldsOf('printed')).toEqual([...complete, 'f'].sort());
         expect(await fieldsOf('resumed')).toEqual([...complete, 'cn'].sort());
+        expect(await fieldsOf('taken')).toEqual(complete);
         expect(await fieldsOf('plain')).toEqual(complete);
       });
     });

@@ -28,6 +28,10 @@ import { createHash } from 'node:crypto';
  *       completion, so a second resumption is told "consumed")
  *   sa  suspended answer      ss  suspended state      (SUSPENDED only)
  *
+ * A held record (IN_PROGRESS under a caller's lease) has exactly s, k, st, l, le, e, c, the
+ * optional f, w and cn, and its steps: COMPLETE counts on that to skip looking for step fields
+ * when there are none, so a new field of a held record must be counted there.
+ *
  * A SUSPENDED record is IN_PROGRESS with `sa` present: its lease id is a
  * fresh one nobody holds and its lease expiry `le` is the hold's end. Once
  * the hold lapses it is an ordinary expired lease, whose takeover (or move
