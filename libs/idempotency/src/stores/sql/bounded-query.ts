@@ -61,6 +61,11 @@ export interface Deadline {
  * a timer. A settled call leaves the queue as soon as everything before it has
  * settled too; the timer, once armed, is re-armed only when it fires (unref'd:
  * it never keeps a process alive on its own).
+ *
+ * A deadline that leaves the queue lets go of the next one: callers keep
+ * theirs in closures, and some closures live on (`pg` keeps the callback of
+ * the call that opened a pooled connection for as long as the connection),
+ * so a linked deadline would hold every later one, without end.
  */
 export class Deadlines {
   private head?: Deadline;
@@ -86,7 +91,12 @@ export class Deadlines {
 
   /** Starts a deadline: `expire` is called once `timeoutMs` has passed, unless `settle` came first. */
   add(expire: () => void): Deadline {
-    const deadline: Deadline = { at: performance.now() + this.timeoutMs, expire, settled: false };
+    const deadline: Deadline = {
+      at: performance.now() + this.timeoutMs,
+      expire,
+      settled: false,
+      next: undefined,
+    };
     if (this.tail) this.tail.next = deadline;
     else this.head = deadline;
     this.tail = deadline;
@@ -101,9 +111,17 @@ export class Deadlines {
     // It may stay queued behind an older, slower call: let go of what its closure holds
     // (the statement's values, the caller's promise) now.
     deadline.expire = noop;
-    while (this.head?.settled) this.head = this.head.next;
-    if (!this.head) this.tail = undefined;
+    while (this.head?.settled) this.dequeue();
     return true;
+  }
+
+  /** Takes the head off the queue, unlinked from the rest. */
+  private dequeue(): Deadline {
+    const head = this.head!;
+    this.head = head.next;
+    head.next = undefined;
+    if (!this.head) this.tail = undefined;
+    return head;
   }
 
   private arm(ms: number): void {
@@ -115,14 +133,12 @@ export class Deadlines {
     this.timer = undefined;
     const now = performance.now();
     while (this.head && (this.head.settled || this.head.at <= now)) {
-      const due = this.head;
-      this.head = due.next;
+      const due = this.dequeue();
       if (!due.settled) {
         due.settled = true;
         due.expire();
       }
     }
-    if (!this.head) this.tail = undefined;
-    else this.arm(this.head.at - now);
+    if (this.head) this.arm(this.head.at - now);
   }
 }
