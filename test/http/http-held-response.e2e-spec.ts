@@ -381,8 +381,7 @@ describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: 
 
 /** The `express` that Nest's Express adapter runs (the outer application must be the same framework). */
 function nestsExpress(): () => ExpressApp {
-  const fromTest = createRequire(import.meta.url);
-  const fromAdapter = createRequire(fromTest.resolve('@nestjs/platform-express'));
+  const fromAdapter = createRequire(require.resolve('@nestjs/platform-express'));
   return fromAdapter('express') as () => ExpressApp;
 }
 
@@ -395,14 +394,15 @@ interface ExpressApp {
 
 describe('a Nest application mounted inside another Express application', () => {
   let app: INestApplication;
-  let server: http.Server;
+  let server: http.Server | undefined;
   let url: string;
+  const store = new GatedStore();
 
   beforeAll(async () => {
     const express = nestsExpress();
     const inner = express();
     const moduleRef = await Test.createTestingModule({
-      imports: [IdempotencyModule.forRoot({ store: new InMemoryIdempotencyStore(), purge: false })],
+      imports: [IdempotencyModule.forRoot({ store, purge: false })],
       controllers: [HeldController],
     }).compile();
     app = moduleRef.createNestApplication(new ExpressAdapter(inner), { logger: false });
@@ -412,14 +412,34 @@ describe('a Nest application mounted inside another Express application', () => 
     const outer = express();
     outer.post('/outer/plain', (_req, res) => res.json({ outer: true }));
     outer.use('/api', inner);
-    server = http.createServer(outer);
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as net.AddressInfo;
+    const listening = http.createServer(outer);
+    server = listening;
+    await new Promise<void>((resolve) => listening.listen(0, '127.0.0.1', resolve));
+    const { port } = listening.address() as net.AddressInfo;
     url = `http://127.0.0.1:${port}`;
   });
   afterAll(async () => {
-    await new Promise<void>((resolve) => server?.close(() => resolve()));
+    const listening = server;
+    if (listening) await new Promise<void>((resolve) => listening.close(() => resolve()));
     await app?.close();
+  });
+
+  it('keeps a mounted response from the socket until its record is stored', async () => {
+    store.arm();
+    try {
+      const answered = send(url, 'POST', '/api/held/watched', { key: randomUUID(), body: {} });
+      await store.reached(1);
+      const res = lastResponse!;
+      const during = { ended: res.writableEnded, finished: res.writableFinished };
+      store.open.open();
+      const reply = await answered;
+      expect(during).toEqual({ ended: true, finished: false });
+      expect(reply.status).toBe(200);
+      expect(res.writableFinished).toBe(true);
+    } finally {
+      store.armed = false;
+      store.open.open();
+    }
   });
 
   it("holds and replays the mounted application's responses, and leaves the outer one's alone, on shared connections", async () => {

@@ -387,6 +387,22 @@ describe('TypeOrmIdempotencyStore on PostgreSQL: what only PostgreSQL has', () =
     });
   });
 
+  describe('a DataSource logger that throws', () => {
+    it('still lets a failed statement reject with its own error', async () => {
+      class ThrowingLogger extends CountingLogger {
+        override logQueryError(): void {
+          throw new Error('the logger broke');
+        }
+      }
+      const schema = newSchema('throwing-logger');
+      const dataSource = await newDataSource({ logger: new ThrowingLogger(), logging: true });
+      const store = newStore(dataSource, { schema, ensureSchema: true });
+      await store.init();
+      await admin.query(`DROP TABLE "${schema}".idempotency_records`);
+      await expect(store.tryAcquire(acquireRequest('s', 'k'))).rejects.toThrow(/does not exist/);
+    });
+  });
+
   describe('prepared statements', () => {
     /** The prepared statements of the DataSource's only connection (pool of 1). */
     async function preparedOn(

@@ -136,7 +136,9 @@ export class Deadlines {
       const due = this.dequeue();
       if (!due.settled) {
         due.settled = true;
-        due.expire();
+        const expire = due.expire;
+        due.expire = noop;
+        expire();
       }
     }
     if (this.head) this.arm(this.head.at - now);

@@ -55,8 +55,12 @@ export function storeQuery<T>(
   }
   return new Promise<StoreResult<T>>((resolve, reject) => {
     const fail = (error: unknown) => {
-      log.queryError(error instanceof Error ? error : String(error), query.text, query.logged());
       reject(storeError(error, 'PostgreSQL', query.operation, isUnavailable));
+      try {
+        log.queryError(error instanceof Error ? error : String(error), query.text, query.logged());
+      } catch {
+        // A logger that throws must not take the call (or the shared deadline timer) with it.
+      }
     };
     const deadline = deadlines.add(() =>
       fail(
