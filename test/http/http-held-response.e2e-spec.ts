@@ -131,6 +131,25 @@ class HeldController {
   }
 }
 
+/**
+ * A fresh POST to the `watched` route at `path`, whose completion `store` holds back: the
+ * response as the application saw it while its record was stored, the reply, and the response.
+ */
+async function whileStored(store: GatedStore, url: string, path: string) {
+  store.arm();
+  try {
+    const answered = send(url, 'POST', path, { key: randomUUID(), body: {} });
+    await store.reached(1);
+    const res = lastResponse!;
+    const during = { ended: res.writableEnded, finished: res.writableFinished };
+    store.open.open();
+    return { during, reply: await answered, res };
+  } finally {
+    store.armed = false;
+    store.open.open();
+  }
+}
+
 /** POSTs on `agent` (keep-alive, few sockets); resolves with the status, body and replay header. */
 function post(
   url: string,
@@ -360,22 +379,11 @@ describe.each(ADAPTERS)('the held response on real connections (%s)', (adapter: 
   });
 
   it('an ended response reads as ended while its record is stored, and finished only once sent', async () => {
-    store.arm();
-    try {
-      const answered = send(url, 'POST', '/held/watched', { key: randomUUID(), body: {} });
-      await store.reached(1);
-      const res = lastResponse!;
-      const during = { ended: res.writableEnded, finished: res.writableFinished };
-      store.open.open();
-      const reply = await answered;
-      expect(during).toEqual({ ended: true, finished: false });
-      expect(reply.status).toBe(200);
-      expect(res.writableEnded).toBe(true);
-      expect(res.writableFinished).toBe(true);
-    } finally {
-      store.armed = false;
-      store.open.open();
-    }
+    const { during, reply, res } = await whileStored(store, url, '/held/watched');
+    expect(during).toEqual({ ended: true, finished: false });
+    expect(reply.status).toBe(200);
+    expect(res.writableEnded).toBe(true);
+    expect(res.writableFinished).toBe(true);
   });
 });
 
@@ -425,21 +433,10 @@ describe('a Nest application mounted inside another Express application', () => 
   });
 
   it('keeps a mounted response from the socket until its record is stored', async () => {
-    store.arm();
-    try {
-      const answered = send(url, 'POST', '/api/held/watched', { key: randomUUID(), body: {} });
-      await store.reached(1);
-      const res = lastResponse!;
-      const during = { ended: res.writableEnded, finished: res.writableFinished };
-      store.open.open();
-      const reply = await answered;
-      expect(during).toEqual({ ended: true, finished: false });
-      expect(reply.status).toBe(200);
-      expect(res.writableFinished).toBe(true);
-    } finally {
-      store.armed = false;
-      store.open.open();
-    }
+    const { during, reply, res } = await whileStored(store, url, '/api/held/watched');
+    expect(during).toEqual({ ended: true, finished: false });
+    expect(reply.status).toBe(200);
+    expect(res.writableFinished).toBe(true);
   });
 
   it("holds and replays the mounted application's responses, and leaves the outer one's alone, on shared connections", async () => {
