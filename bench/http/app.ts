@@ -2,7 +2,8 @@
 // BENCH_CACHE_MAX_ENTRIES=n turns on the module's local replay cache (cache: { maxEntries: n }).
 // BENCH_STORE=memory uses the in-memory store (no database); default: TypeOrmIdempotencyStore.
 // BENCH_STORE=mariadb: TypeOrmIdempotencyStore on a `mariadb` DataSource at DATABASE_URL, table BENCH_SCHEMA;
-// BENCH_STORE=redis: RedisIdempotencyStore on the server at DATABASE_URL, key prefix BENCH_SCHEMA.
+// BENCH_STORE=redis: RedisIdempotencyStore on the server at DATABASE_URL, key prefix BENCH_SCHEMA, on a
+// node-redis client; BENCH_REDIS_CLIENT=ioredis or ioredis-pipelined (enableAutoPipelining) on ioredis instead.
 // BENCH_STORE=peer-memory / peer-redis: node-idempotency instead (bench/peer), on its in-memory adapter or on
 // Redis at DATABASE_URL (key prefix BENCH_SCHEMA); only its `/idempotent` route.
 // Every handler answers with a run counter, so a replay can be told from a second execution.
@@ -35,6 +36,7 @@ import {
 import { RedisIdempotencyStore } from 'nest-idempotency/redis';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import { createClient } from 'redis';
+import IORedis from 'ioredis';
 import { DataSource } from 'typeorm';
 import {
   allQueries,
@@ -101,9 +103,17 @@ async function benchModule(): Promise<{
     store = new InMemoryIdempotencyStore();
   } else if (process.env.BENCH_STORE === 'redis') {
     // One client, as an application shares its own (node-redis pipelines every command on it).
-    redis = countRedis(createClient({ url: process.env.DATABASE_URL }), 'store');
-    await redis.connect();
-    store = new RedisIdempotencyStore(redis, { keyPrefix: process.env.BENCH_SCHEMA });
+    const client = process.env.BENCH_REDIS_CLIENT ?? 'node-redis';
+    if (client === 'ioredis' || client === 'ioredis-pipelined') {
+      const io = new IORedis(process.env.DATABASE_URL ?? '', {
+        enableAutoPipelining: client === 'ioredis-pipelined',
+      });
+      store = new RedisIdempotencyStore(io, { keyPrefix: process.env.BENCH_SCHEMA });
+    } else {
+      redis = countRedis(createClient({ url: process.env.DATABASE_URL }), 'store');
+      await redis.connect();
+      store = new RedisIdempotencyStore(redis, { keyPrefix: process.env.BENCH_SCHEMA });
+    }
   } else if (process.env.BENCH_STORE === 'mariadb') {
     installMysqlCounter();
     dataSource = await new DataSource({

@@ -1,5 +1,5 @@
 import { describeIdempotencyStoreContract } from 'nest-idempotency/testing';
-import { connectIoredis, ioredisHarness } from '../support/ioredis';
+import { connectIoredis, ioredisHarness, IoredisVariant } from '../support/ioredis';
 import {
   connectStandalone,
   describeIfRedis,
@@ -9,19 +9,27 @@ import {
 } from '../support/redis';
 
 // The store on ioredis clients, against the machine's Redis (as redis.contract.spec.ts
-// on node-redis): the same catalogue, under a key prefix of this file's own.
+// on node-redis): the same catalogue, under a key prefix of this file's own; once as
+// ioredis comes, once with its auto-pipelining on (commands batched per event-loop turn).
 const probe = probeRedisSync();
 
+const variants: [string, IoredisVariant][] = [
+  ['ioredis', {}],
+  ['ioredis, enableAutoPipelining', { enableAutoPipelining: true }],
+];
+
 describeIfRedis(probe, `Redis at ${redisUrl()}`)('Redis, standalone, on ioredis', () => {
-  describeIdempotencyStoreContract(
-    'RedisIdempotencyStore (standalone, ioredis)',
-    async () =>
-      ioredisHarness({
-        client: await connectIoredis(redisUrl()),
-        otherClient: await connectIoredis(redisUrl()),
-        inspector: await connectStandalone(redisUrl()),
-        prefix: scratchPrefix('contract-ioredis'),
-      }),
-    { expiry: 'backend', strictMode: true, steps: true, continuations: true },
-  );
+  for (const [name, variant] of variants) {
+    describeIdempotencyStoreContract(
+      `RedisIdempotencyStore (standalone, ${name})`,
+      async () =>
+        ioredisHarness({
+          client: await connectIoredis(redisUrl(), variant),
+          otherClient: await connectIoredis(redisUrl(), variant),
+          inspector: await connectStandalone(redisUrl()),
+          prefix: scratchPrefix('contract-ioredis'),
+        }),
+      { expiry: 'backend', strictMode: true, steps: true, continuations: true },
+    );
+  }
 });

@@ -89,22 +89,25 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       await servers?.stop();
     });
 
-    it('sends a script again as EVAL on NOSCRIPT (ioredis ReplyError) after SCRIPT FLUSH', async () => {
-      const client = await connectIoredis(servers.servers[0].url);
-      const store = new RedisIdempotencyStore(client, { keyPrefix: `noscript-${randomUUID()}:` });
-      try {
-        await store.init();
-        await client.call('SCRIPT', 'FLUSH');
-        const lease = await acquired(store.tryAcquire(request('s', 'k')));
-        await client.call('SCRIPT', 'FLUSH');
-        await store.complete(lease, encodeValue({ bytes: 'ok' }));
-        const replay = await store.tryAcquire(request('s', 'k'));
-        expect(replay.kind).toBe('duplicate');
-      } finally {
-        await store.close();
-        client.disconnect();
-      }
-    });
+    it.each([false, true])(
+      'sends a script again as EVAL on NOSCRIPT (ioredis ReplyError) after SCRIPT FLUSH (enableAutoPipelining: %s)',
+      async (enableAutoPipelining) => {
+        const client = await connectIoredis(servers.servers[0].url, { enableAutoPipelining });
+        const store = new RedisIdempotencyStore(client, { keyPrefix: `noscript-${randomUUID()}:` });
+        try {
+          await store.init();
+          await client.call('SCRIPT', 'FLUSH');
+          const lease = await acquired(store.tryAcquire(request('s', 'k')));
+          await client.call('SCRIPT', 'FLUSH');
+          await store.complete(lease, encodeValue({ bytes: 'ok' }));
+          const replay = await store.tryAcquire(request('s', 'k'));
+          expect(replay.kind).toBe('duplicate');
+        } finally {
+          await store.close();
+          client.disconnect();
+        }
+      },
+    );
 
     it('WAITs on the connection that wrote: no warning with the replica up, "0 of 1" with it paused', async () => {
       const [master, replica] = servers.servers;

@@ -11,17 +11,25 @@ import { AnyRedisClient, deletePrefix, snapshotScope } from './redis';
  * hanging.
  */
 
-export async function connectIoredis(url: string): Promise<Redis> {
-  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3 });
+/** Client options a suite varies: ioredis's auto-pipelining, which many applications turn on. */
+export interface IoredisVariant {
+  enableAutoPipelining?: boolean;
+}
+
+export async function connectIoredis(url: string, variant: IoredisVariant = {}): Promise<Redis> {
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3, ...variant });
   client.on('error', () => undefined);
   await client.connect();
   return client;
 }
 
-export async function connectIoredisCluster(ports: number[]): Promise<Cluster> {
+export async function connectIoredisCluster(
+  ports: number[],
+  variant: IoredisVariant = {},
+): Promise<Cluster> {
   const client = new Cluster(
     ports.map((port) => ({ host: '127.0.0.1', port })),
-    { lazyConnect: true },
+    { lazyConnect: true, ...variant },
   );
   client.on('error', () => undefined);
   await client.connect();

@@ -18,6 +18,7 @@ type AnyListener = (...args: any[]) => void;
 interface IoredisCommon {
   /** `wait` (lazyConnect, not yet used), `connecting`, `connect`, `ready`, `reconnecting`, `close`, `end`. */
   readonly status: string;
+  readonly options: { enableAutoPipelining?: boolean };
   readonly isCluster: boolean;
   callBuffer(command: string, ...args: Array<string | Buffer | number>): Promise<unknown>;
   connect(): Promise<void>;
@@ -27,14 +28,23 @@ interface IoredisCommon {
 
 /** An ioredis `Redis` (a standalone server, or one node of a Cluster). */
 export interface IoredisStandaloneClient extends IoredisCommon {
-  readonly options: { keyPrefix?: string; host?: string; port?: number };
+  readonly options: {
+    keyPrefix?: string;
+    host?: string;
+    port?: number;
+    enableAutoPipelining?: boolean;
+  };
   duplicate(override?: Record<string, unknown>): IoredisStandaloneClient;
   subscribe(...channels: string[]): Promise<unknown>;
 }
 
 /** An ioredis `Cluster`. */
 export interface IoredisClusterClient extends IoredisCommon {
-  readonly options: { keyPrefix?: string; redisOptions?: { keyPrefix?: string } };
+  readonly options: {
+    keyPrefix?: string;
+    redisOptions?: { keyPrefix?: string };
+    enableAutoPipelining?: boolean;
+  };
   /** Slot → the keys (`host:port`) of its master, then its replicas. */
   readonly slots: ReadonlyArray<ReadonlyArray<string> | undefined>;
   nodes(role?: 'all' | 'master' | 'slave'): IoredisStandaloneClient[];
@@ -65,6 +75,30 @@ export function ioredisKeyPrefix(client: IoredisClient): string | undefined {
 }
 
 const nodeKey = (node: IoredisStandaloneClient) => `${node.options.host}:${node.options.port}`;
+
+type BufferCommand = (...args: RedisArgument[]) => Promise<unknown>;
+
+/**
+ * One command, its bulk strings answered as Buffers. With `enableAutoPipelining`
+ * on, ioredis 5 queues a `callBuffer` on its pipeline without the command's
+ * name (redis/ioredis#1923: the server is sent the first argument as the
+ * command, and answers "ERR unknown command"), so the command's own Buffer
+ * method (`evalshaBuffer`, `infoBuffer`…) is called instead, which ioredis
+ * pipelines whole.
+ */
+function sendBuffer(
+  target: IoredisCommon,
+  name: RedisArgument,
+  rest: RedisArgument[],
+): Promise<unknown> {
+  if (target.options.enableAutoPipelining) {
+    const method = (target as unknown as Record<string, unknown>)[
+      `${String(name).toLowerCase()}Buffer`
+    ];
+    if (typeof method === 'function') return (method as BufferCommand).apply(target, rest);
+  }
+  return target.callBuffer(String(name), ...rest);
+}
 
 /**
  * ioredis 5 behind the store's client port. Every command is `callBuffer`
@@ -112,9 +146,9 @@ export class IoredisAdapter implements RedisClientPort {
       const owner = client.slots[keySlot(key)]?.[0];
       const master = client.nodes('master').find((node) => nodeKey(node) === owner);
       if (!master) return Promise.reject(new Error(`no known master holds the slot of ${key}`));
-      return master.callBuffer(String(name), ...rest);
+      return sendBuffer(master, name, rest);
     }
-    return client.callBuffer(String(name), ...rest);
+    return sendBuffer(client, name, rest);
   }
 
   async masters(): Promise<RedisNode[]> {
@@ -123,7 +157,7 @@ export class IoredisAdapter implements RedisClientPort {
     return nodes.map((node) => ({
       send: (args) => {
         const [name, ...rest] = args;
-        return node.callBuffer(String(name), ...rest);
+        return sendBuffer(node, name, rest);
       },
     }));
   }
