@@ -17,6 +17,23 @@ export interface QueryLog {
   warn(message: string): void;
 }
 
+/**
+ * Reports a failed statement to the query log, after the call was answered.
+ * A logger that throws must not take the call (or the shared deadline timer)
+ * with it: its exception is dropped.
+ */
+export function logFailedQuery(
+  log: QueryLog,
+  error: unknown,
+  query: { readonly text: string; logged(): unknown[] },
+): void {
+  try {
+    log.queryError(error instanceof Error ? error : String(error), query.text, query.logged());
+  } catch {
+    // Dropped on purpose: see above.
+  }
+}
+
 /** A query log for a store that logs its warnings and no statements. */
 export function warningsOnly(warn: (message: string) => void): QueryLog {
   return {

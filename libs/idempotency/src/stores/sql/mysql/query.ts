@@ -1,7 +1,7 @@
 import type { DataSource } from 'typeorm';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type { Deadlines } from '../bounded-query';
-import type { QueryLog } from '../query-log';
+import { logFailedQuery, type QueryLog } from '../query-log';
 import { isMysqlUnavailable } from './unavailable';
 import { storeError } from '../unavailable-error';
 
@@ -139,11 +139,7 @@ export function mysqlStoreQuery<T>(
     let attempts = 1;
     const report = (error: Error) => {
       reject(storeError(error, product, query.operation, isMysqlUnavailable));
-      try {
-        log.queryError(error, query.text, query.logged());
-      } catch {
-        // A logger that throws must not take the call (or the shared deadline timer) with it.
-      }
+      logFailedQuery(log, error, query);
     };
     const deadline = deadlines.add(() => {
       // A connection that did not answer in time is not handed back to the pool.

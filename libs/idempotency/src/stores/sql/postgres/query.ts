@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Pool, QueryConfig, QueryResult } from 'pg';
 import { IdempotencyStoreUnavailableError } from '../../../core/errors';
 import type { Deadlines } from '../bounded-query';
+import { logFailedQuery } from '../query-log';
 import { storeError } from '../unavailable-error';
 import type { PgConnection } from './pool';
 import { isUnavailable } from './unavailable';
@@ -56,11 +57,7 @@ export function storeQuery<T>(
   return new Promise<StoreResult<T>>((resolve, reject) => {
     const fail = (error: unknown) => {
       reject(storeError(error, 'PostgreSQL', query.operation, isUnavailable));
-      try {
-        log.queryError(error instanceof Error ? error : String(error), query.text, query.logged());
-      } catch {
-        // A logger that throws must not take the call (or the shared deadline timer) with it.
-      }
+      logFailedQuery(log, error, query);
     };
     const deadline = deadlines.add(() =>
       fail(
