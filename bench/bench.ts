@@ -11,9 +11,10 @@
  *   5. memory  the application's memory after many requests
  *
  * Not run by default, on the machine's servers (skipped, saying how to start
- * them, when they do not answer): redis-store, redis-http, redis-wake (the
- * Redis store; `redis` selects all three) and mariadb-floor, mariadb-http (the
- * MySQL/MariaDB store; `mariadb` selects both); see sections/redis.ts and
+ * them, when they do not answer): redis-store, redis-http, redis-wake,
+ * redis-memory (the Redis store; `redis` selects all four) and mariadb-floor,
+ * mariadb-http, mariadb-memory (the MySQL/MariaDB store; `mariadb` selects all
+ * three); see sections/redis.ts and
  * sections/mariadb.ts. The embedded PostgreSQL is started only when a selected
  * section needs it. A run of those sections alone writes
  * RESULTS-redis-mariadb.md instead of RESULTS.md; BENCH_RESULTS_FILE names
@@ -46,9 +47,15 @@ import {
   SectionContext,
   SectionResult,
 } from './sections/context';
-import { mariadbFloorSection, mariadbHttpSection, mariadbServerPids } from './sections/mariadb';
+import {
+  mariadbFloorSection,
+  mariadbHttpSection,
+  mariadbMemorySection,
+  mariadbServerPids,
+} from './sections/mariadb';
 import {
   redisHttpSection,
+  redisMemorySection,
   redisServerPids,
   redisStoreSection,
   redisWakeSection,
@@ -87,8 +94,10 @@ const SECTIONS: Record<string, Section> = {
   'redis-store': { postgres: false, run: redisStoreSection, servers: redisServerPids },
   'redis-http': { postgres: false, run: redisHttpSection, servers: redisServerPids },
   'redis-wake': { postgres: false, run: redisWakeSection, servers: redisServerPids },
+  'redis-memory': { postgres: false, run: redisMemorySection, servers: redisServerPids },
   'mariadb-floor': { postgres: false, run: mariadbFloorSection, servers: mariadbServerPids },
   'mariadb-http': { postgres: false, run: mariadbHttpSection, servers: mariadbServerPids },
+  'mariadb-memory': { postgres: false, run: mariadbMemorySection, servers: mariadbServerPids },
 };
 
 async function main(): Promise<void> {

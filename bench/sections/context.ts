@@ -39,8 +39,8 @@ export function readConfig() {
 
 /** What `redis` and `mariadb` stand for in BENCH_SECTIONS: every section of that store. */
 export const SECTION_GROUPS: Record<string, string[]> = {
-  redis: ['redis-store', 'redis-http', 'redis-wake'],
-  mariadb: ['mariadb-floor', 'mariadb-http'],
+  redis: ['redis-store', 'redis-http', 'redis-wake', 'redis-memory'],
+  mariadb: ['mariadb-floor', 'mariadb-http', 'mariadb-memory'],
 };
 
 function expandSections(list: string): string[] {

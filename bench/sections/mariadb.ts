@@ -13,6 +13,7 @@
  *   kind of pool (what the SQL costs, apart from the library's work in Node).
  * - mariadb-http: fresh keys and replays over HTTP against the undecorated
  *   handler (./store-http.ts).
+ * - mariadb-memory: the application's memory after many requests (./memory.ts).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createConnection, createPool, Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise';
@@ -59,6 +60,7 @@ import {
   TTL_MS,
   verdict,
 } from './context';
+import { measureMemory } from './memory';
 import { storeHttp } from './store-http';
 
 /** From the issue: the store's rate ÷ the floor's, median of the rounds' ratios. */
@@ -454,18 +456,22 @@ function mariadbFloorResult(
   };
 }
 
+/** The table, made here; the application's store checks it at init(). */
+async function makeTable(table: string): Promise<void> {
+  const setupSource = await openMysqlDataSource('idem-bench-maria-setup', 2);
+  try {
+    const setup = new TypeOrmIdempotencyStore(setupSource, { table, ensureSchema: true });
+    await setup.init();
+    await setup.close();
+  } finally {
+    await setupSource.destroy();
+  }
+}
+
 export async function mariadbHttpSection(ctx: SectionContext): Promise<SectionResult> {
   const section = 'MariaDB HTTP';
   return withMariadb(ctx, section, async (_admin, table, pid) => {
-    // The table, made once here; the application's store checks it at init().
-    const setupSource = await openMysqlDataSource('idem-bench-maria-setup', 2);
-    try {
-      const setup = new TypeOrmIdempotencyStore(setupSource, { table, ensureSchema: true });
-      await setup.init();
-      await setup.close();
-    } finally {
-      await setupSource.destroy();
-    }
+    await makeTable(table);
     return storeHttp(ctx, {
       section,
       store: 'mariadb',
@@ -473,6 +479,20 @@ export async function mariadbHttpSection(ctx: SectionContext): Promise<SectionRe
       schema: table,
       targets: {},
       serverPids: pid ? [pid] : [],
+    });
+  });
+}
+
+export async function mariadbMemorySection(ctx: SectionContext): Promise<SectionResult> {
+  const section = 'MariaDB memory';
+  return withMariadb(ctx, section, async (_admin, table) => {
+    await makeTable(table);
+    return measureMemory(ctx, {
+      section,
+      storeName: 'MySQL/MariaDB store',
+      store: 'mariadb',
+      databaseUrl: MYSQL_URL,
+      schema: table,
     });
   });
 }

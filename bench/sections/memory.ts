@@ -1,10 +1,13 @@
 /**
  * 5. Memory: resident memory of the decorated-handler application after
- * many requests, with a full GC forced before each reading.
+ * many requests, with a full GC forced before each reading. The default run
+ * measures the PostgreSQL store; sections/redis.ts and sections/mariadb.ts run
+ * the same measurement on the Redis and MySQL/MariaDB stores (redis-memory,
+ * mariadb-memory).
  */
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
-import { completeReplayKey, runLoad, startApp } from '../lib/http';
-import { BenchContext, ResultRow, SectionResult, verdict } from './context';
+import { AppOptions, completeReplayKey, runLoad, startApp } from '../lib/http';
+import { BenchContext, ResultRow, SectionContext, SectionResult, verdict } from './context';
 
 const CONNECTIONS = 32;
 const MiB = 2 ** 20;
@@ -17,13 +20,36 @@ interface Reading {
 }
 
 export async function memorySection(ctx: BenchContext): Promise<SectionResult> {
-  const { config } = ctx;
   const schema = ctx.schema('bench_memory');
   await new TypeOrmIdempotencyStore(ctx.admin, { schema, ensureSchema: true }).init();
-  const app = await startApp({
-    adapter: config.memoryAdapter,
+  return measureMemory(ctx, {
+    section: '5. Memory',
+    storeName: 'PostgreSQL store',
+    store: 'postgres',
     databaseUrl: ctx.url,
     schema,
+  });
+}
+
+/** The application on one store, where it keeps its records (a schema, table or key prefix) made ready by the caller. */
+export interface MemoryTarget {
+  section: string;
+  storeName: string;
+  store: AppOptions['store'];
+  databaseUrl: string;
+  schema: string;
+}
+
+export async function measureMemory(
+  ctx: SectionContext,
+  target: MemoryTarget,
+): Promise<SectionResult> {
+  const { config } = ctx;
+  const app = await startApp({
+    adapter: config.memoryAdapter,
+    store: target.store,
+    databaseUrl: target.databaseUrl,
+    schema: target.schema,
     exposeGc: true,
   });
   try {
@@ -56,7 +82,7 @@ export async function memorySection(ctx: BenchContext): Promise<SectionResult> {
     let failures = 0;
     let seconds = 0;
     for (const checkpoint of checkpoints) {
-      ctx.log(`memory: ${done} → ${checkpoint} requests (${config.memoryWorkload})`);
+      ctx.log(`${target.section}: ${done} → ${checkpoint} requests (${config.memoryWorkload})`);
       const started = Date.now();
       const sample = await runLoad(app.url, config.memoryWorkload, {
         connections: CONNECTIONS,
@@ -83,12 +109,12 @@ export async function memorySection(ctx: BenchContext): Promise<SectionResult> {
         : config.memoryWorkload;
     const rows: ResultRow[] = [
       {
-        section: '5. Memory',
+        section: target.section,
         measurement: `RSS after GC, ${reference.requests.toLocaleString('en')} → ${last.requests.toLocaleString('en')} requests`,
         result: `${mib(reference.rss)} → ${mib(last.rss)} (${rssGrowth >= 0 ? '+' : ''}${mib(rssGrowth)})`,
         target: 'no growth beyond noise',
         verdict: verdict(flat),
-        how: `${config.memoryAdapter}, ${workload}; heap used after GC ${mib(reference.heapUsed)} → ${mib(last.heapUsed)} (${heapGrowth >= 0 ? '+' : ''}${mib(heapGrowth)}); all readings (requests: RSS / heap) ${readings
+        how: `${config.memoryAdapter}, ${target.storeName}, ${workload}; heap used after GC ${mib(reference.heapUsed)} → ${mib(last.heapUsed)} (${heapGrowth >= 0 ? '+' : ''}${mib(heapGrowth)}); all readings (requests: RSS / heap) ${readings
           .map(
             (r) => `${r.requests}: ${(r.rss / MiB).toFixed(1)} / ${(r.heapUsed / MiB).toFixed(1)}`,
           )
@@ -100,10 +126,10 @@ export async function memorySection(ctx: BenchContext): Promise<SectionResult> {
     return {
       rows,
       method: [
-        `Memory: bench/http/app.ts (${config.memoryAdapter}, replay cache off) started with \`--expose-gc\`; autocannon sends ${total.toLocaleString('en')} requests (${workload}) with ${CONNECTIONS} connections after a 2,000-request warm-up. At each reading the app runs \`global.gc()\` twice on an IPC message, then reports \`process.memoryUsage()\`. Verdict: heap used after GC grows < 2 MiB and RSS < 16 MiB between the first and last reading.`,
+        `${target.section}: bench/http/app.ts (${config.memoryAdapter}, ${target.storeName}, replay cache off) started with \`--expose-gc\`; autocannon sends ${total.toLocaleString('en')} requests (${workload}) with ${CONNECTIONS} connections after a 2,000-request warm-up. At each reading the app runs \`global.gc()\` twice on an IPC message, then reports \`process.memoryUsage()\`. Verdict: heap used after GC grows < 2 MiB and RSS < 16 MiB between the first and last reading.`,
       ],
       notes: [
-        `Memory: heap used after a full GC moved by ${mib(heapGrowth)} between ${reference.requests.toLocaleString('en')} and ${last.requests.toLocaleString('en')} requests, and RSS by ${mib(rssGrowth)} (RSS readings spread over ${mib(Math.max(...readings.map((r) => r.rss)) - Math.min(...readings.map((r) => r.rss)))} in all: the allocator returns freed pages to the system in its own time). ${flat ? `Nothing accumulates per request: the waiter ticket and operation timer of every acquire${config.memoryWorkload === 'replay' ? '' : ' and the heartbeat timer of every first execution'} are released.` : 'That is more than noise: something is retained per request; take a heap snapshot of the app to find it.'}`,
+        `${target.section} (${target.storeName}): heap used after a full GC moved by ${mib(heapGrowth)} between ${reference.requests.toLocaleString('en')} and ${last.requests.toLocaleString('en')} requests, and RSS by ${mib(rssGrowth)} (RSS readings spread over ${mib(Math.max(...readings.map((r) => r.rss)) - Math.min(...readings.map((r) => r.rss)))} in all: the allocator returns freed pages to the system in its own time). ${flat ? `Nothing accumulates per request: the waiter ticket and operation timer of every acquire${config.memoryWorkload === 'replay' ? '' : ' and the heartbeat timer of every first execution'} are released.` : 'That is more than noise: something is retained per request; take a heap snapshot of the app to find it.'}`,
       ],
     };
   } finally {

@@ -12,6 +12,7 @@
  *   handler (./store-http.ts).
  * - redis-wake: wake latency of a waiting duplicate, on the holder's
  *   instance and on another (pub/sub).
+ * - redis-memory: the application's memory after many requests (./memory.ts).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { encodeValue, IdempotencyEngine } from 'nest-idempotency';
@@ -59,6 +60,7 @@ import {
   TTL_MS,
   verdict,
 } from './context';
+import { measureMemory } from './memory';
 import { storeHttp } from './store-http';
 
 /** From the issue: HTTP ratios to the undecorated handler, wake p50, round trips. */
@@ -325,6 +327,19 @@ export async function redisHttpSection(ctx: SectionContext): Promise<SectionResu
       schema: prefix,
       targets: { 'fresh keys': REDIS_TARGETS.fresh, replay: REDIS_TARGETS.replay },
       serverPids: await (await redisPids(admin))(),
+    }),
+  );
+}
+
+export async function redisMemorySection(ctx: SectionContext): Promise<SectionResult> {
+  const section = 'Redis memory';
+  return withRedis(ctx, section, (_admin, prefix) =>
+    measureMemory(ctx, {
+      section,
+      storeName: 'Redis store',
+      store: 'redis',
+      databaseUrl: REDIS_URL,
+      schema: prefix,
     }),
   );
 }
