@@ -84,7 +84,8 @@ class BenchController {
 async function benchModule(): Promise<{
   module: Type;
   dataSource?: DataSource;
-  redis?: ReturnType<typeof createClient>;
+  /** The Redis client the store runs on, closed at shutdown. */
+  redis?: { close(): Promise<unknown> };
 }> {
   const kind = process.env.BENCH_STORE ?? 'postgres';
   if (kind === 'peer-memory' || kind === 'peer-redis')
@@ -96,7 +97,7 @@ async function benchModule(): Promise<{
       ),
     };
   let dataSource: DataSource | undefined;
-  let redis: ReturnType<typeof createClient> | undefined;
+  let redis: { close(): Promise<unknown> } | undefined;
   let store: IdempotencyStore;
   const poolSize = Number(process.env.POOL_SIZE ?? 32);
   if (process.env.BENCH_STORE === 'memory') {
@@ -105,14 +106,18 @@ async function benchModule(): Promise<{
     // One client, as an application shares its own (node-redis pipelines every command on it).
     const client = process.env.BENCH_REDIS_CLIENT ?? 'node-redis';
     if (client === 'ioredis' || client === 'ioredis-pipelined') {
+      // Round trips are not counted on this client (bench/lib/driver-count.ts wraps node-redis).
       const io = new IORedis(process.env.DATABASE_URL ?? '', {
         enableAutoPipelining: client === 'ioredis-pipelined',
       });
+      io.on('error', (error) => console.error(error));
+      redis = { close: () => io.quit() };
       store = new RedisIdempotencyStore(io, { keyPrefix: process.env.BENCH_SCHEMA });
     } else {
-      redis = countRedis(createClient({ url: process.env.DATABASE_URL }), 'store');
-      await redis.connect();
-      store = new RedisIdempotencyStore(redis, { keyPrefix: process.env.BENCH_SCHEMA });
+      const nodeRedis = countRedis(createClient({ url: process.env.DATABASE_URL }), 'store');
+      await nodeRedis.connect();
+      redis = nodeRedis;
+      store = new RedisIdempotencyStore(nodeRedis, { keyPrefix: process.env.BENCH_SCHEMA });
     }
   } else if (process.env.BENCH_STORE === 'mariadb') {
     installMysqlCounter();

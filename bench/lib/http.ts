@@ -118,6 +118,8 @@ export interface AppOptions {
   poolSize?: number;
   /** Turns on the module's local replay cache with this many entries. */
   cacheMaxEntries?: number;
+  /** The Redis store's client (bench/http/app.ts BENCH_REDIS_CLIENT); default node-redis, whatever the environment says. */
+  redisClient?: 'node-redis' | 'ioredis' | 'ioredis-pipelined';
   /** Start node with --expose-gc, so `ask('memory')` can force a collection first. */
   exposeGc?: boolean;
 }
@@ -134,6 +136,7 @@ export async function startApp(options: AppOptions): Promise<AppProcess> {
       BENCH_SCHEMA: options.schema,
       POOL_SIZE: String(options.poolSize ?? 32),
       BENCH_CACHE_MAX_ENTRIES: String(options.cacheMaxEntries ?? 0),
+      BENCH_REDIS_CLIENT: options.redisClient ?? 'node-redis',
     },
     // BENCH_APP_NODE_ARGS: extra node flags for the application processes (e.g. --cpu-prof).
     execArgv: [

@@ -16,11 +16,20 @@
  * dropped afterwards), with the workloads 'fresh keys' and 'replay'.
  * BENCH_PROFILE_STORE=peer-redis or peer-memory runs node-idempotency
  * (bench/peer) instead, on Redis or in memory, with the same two workloads.
+ * BENCH_REDIS_CLIENT=ioredis or ioredis-pipelined runs the Redis store on an
+ * ioredis client (with enableAutoPipelining for the second) instead of node-redis.
  */
 import fs from 'node:fs';
 import { TypeOrmIdempotencyStore } from 'nest-idempotency/typeorm';
 import type { PeerStore } from '../peer/load';
-import { Adapter, completeReplayKey, HttpWorkload, runLoad, startApp } from '../lib/http';
+import {
+  Adapter,
+  AppOptions,
+  completeReplayKey,
+  HttpWorkload,
+  runLoad,
+  startApp,
+} from '../lib/http';
 import {
   connectRedis,
   deleteRedisPrefix,
@@ -52,6 +61,7 @@ async function main() {
     store: peer ?? (redis ? 'redis' : mariadb ? 'mariadb' : 'memory'),
     databaseUrl: redis || peer === 'peer-redis' ? REDIS_URL : mariadb ? MYSQL_URL : '',
     schema: redis || peer ? prefix : mariadb ? table : '',
+    redisClient: process.env.BENCH_REDIS_CLIENT as AppOptions['redisClient'],
   });
   try {
     const replayKey = await completeReplayKey(app.url);

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
 import { createClient } from 'redis';
@@ -109,55 +110,58 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
       },
     );
 
-    it('WAITs on the connection that wrote: no warning with the replica up, "0 of 1" with it paused', async () => {
-      const [master, replica] = servers.servers;
-      const client = await connectIoredis(master.url);
-      const replicaAdmin = await connectIoredis(replica.url);
-      const logs = new StoreLogs();
-      const prefix = `wait-${randomUUID()}:`;
-      const store = new RedisIdempotencyStore(client, {
-        keyPrefix: prefix,
-        waitForReplicas: { replicas: 1, timeoutMs: 5000 },
-        logger: logs,
-      });
-      const brief = new RedisIdempotencyStore(client, {
-        keyPrefix: prefix,
-        waitForReplicas: { replicas: 1, timeoutMs: 300 },
-        logger: logs,
-      });
-      try {
-        for (let i = 0; i < 100; i++) {
-          const info = String(await client.info('replication'));
-          if (/slave0:.*state=online/.test(info)) break;
-          await delay(50);
-        }
-        for (let i = 0; i < 20; i++) {
-          const lease = await acquired(store.tryAcquire(request('s', `up-${i}`)));
-          await store.complete(lease, encodeValue(i));
-          // WAIT returned: the replica has it now.
-          const key = store.keys.record('s', `up-${i}`).key;
-          expect(await replicaAdmin.hget(key, 'st')).toBe('COMPLETE');
-        }
-        expect(logs.lines).toEqual([]);
-        // The replica stops acknowledging: WAIT runs out, and the store says so (by digest).
-        await replica.process.kill('SIGSTOP');
+    it.each([false, true])(
+      'WAITs on the connection that wrote: no warning with the replica up, "0 of 1" with it paused (enableAutoPipelining: %s)',
+      async (enableAutoPipelining) => {
+        const [master, replica] = servers.servers;
+        const client = await connectIoredis(master.url, { enableAutoPipelining });
+        const replicaAdmin = await connectIoredis(replica.url);
+        const logs = new StoreLogs();
+        const prefix = `wait-${randomUUID()}:`;
+        const store = new RedisIdempotencyStore(client, {
+          keyPrefix: prefix,
+          waitForReplicas: { replicas: 1, timeoutMs: 5000 },
+          logger: logs,
+        });
+        const brief = new RedisIdempotencyStore(client, {
+          keyPrefix: prefix,
+          waitForReplicas: { replicas: 1, timeoutMs: 300 },
+          logger: logs,
+        });
         try {
-          const lease = await acquired(brief.tryAcquire(request('s', 'paused')));
-          const started = performance.now();
-          await brief.complete(lease, encodeValue(1));
-          expect(performance.now() - started).toBeGreaterThanOrEqual(250);
+          for (let i = 0; i < 100; i++) {
+            const info = String(await client.info('replication'));
+            if (/slave0:.*state=online/.test(info)) break;
+            await delay(50);
+          }
+          for (let i = 0; i < 20; i++) {
+            const lease = await acquired(store.tryAcquire(request('s', `up-${i}`)));
+            await store.complete(lease, encodeValue(i));
+            // WAIT returned: the replica has it now.
+            const key = store.keys.record('s', `up-${i}`).key;
+            expect(await replicaAdmin.hget(key, 'st')).toBe('COMPLETE');
+          }
+          expect(logs.lines).toEqual([]);
+          // The replica stops acknowledging: WAIT runs out, and the store says so (by digest).
+          await replica.process.kill('SIGSTOP');
+          try {
+            const lease = await acquired(brief.tryAcquire(request('s', 'paused')));
+            const started = performance.now();
+            await brief.complete(lease, encodeValue(1));
+            expect(performance.now() - started).toBeGreaterThanOrEqual(250);
+          } finally {
+            replica.process.kill('SIGCONT');
+          }
+          expect(logs.lines).toHaveLength(1);
+          expect(logs.lines[0]).toMatch(/^warn: complete of s\/#[0-9a-f]+: 0 of 1 replicas/);
+          expect(logs.lines[0]).not.toContain('paused');
         } finally {
-          replica.process.kill('SIGCONT');
+          await store.close();
+          client.disconnect();
+          replicaAdmin.disconnect();
         }
-        expect(logs.lines).toHaveLength(1);
-        expect(logs.lines[0]).toMatch(/^warn: complete of s\/#[0-9a-f]+: 0 of 1 replicas/);
-        expect(logs.lines[0]).not.toContain('paused');
-      } finally {
-        await store.close();
-        client.disconnect();
-        replicaAdmin.disconnect();
-      }
-    });
+      },
+    );
 
     it('gives IdempotencyStoreUnavailableError when the server dies, and works once it is back', async () => {
       const own = await startStandalone();
@@ -204,6 +208,56 @@ describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(
     }, 60_000);
     afterAll(async () => {
       await servers?.stop();
+    });
+
+    it("keeps its reads on the keys' masters with auto-pipelining and scaleReads: 'slave' (replicas serve none)", async () => {
+      // Redis lists a replica in CLUSTER SLOTS only once it has replicated something, and ioredis
+      // sends reads only to the replicas it read there: write to every master, wait for the listing.
+      const seed = await connectIoredisCluster(servers.ports);
+      try {
+        for (let i = 0; i < 64; i++) await seed.set(`seed-${i}`, '1');
+        const deadline = Date.now() + 20_000;
+        for (;;) {
+          const ranges = (await seed.cluster('SLOTS')) as unknown[][];
+          if (ranges.length > 0 && ranges.every((range) => range.length >= 4)) break;
+          if (Date.now() > deadline) throw new Error('CLUSTER SLOTS lists no replica after 20 s');
+          await delay(100);
+        }
+      } finally {
+        seed.disconnect();
+      }
+      const client = await connectIoredisCluster(servers.ports, {
+        enableAutoPipelining: true,
+        scaleReads: 'slave',
+      });
+      const store = new RedisIdempotencyStore(client, { keyPrefix: `creads-${randomUUID()}:` });
+      const nodes = await settledClusterNodes(servers.ports[0], 1);
+      const replicaPorts = nodes.filter((n) => n.role !== 'master').map((n) => n.port);
+      const cli = (port: number, ...args: string[]) =>
+        spawnSync('redis-cli', ['-p', String(port), ...args], { encoding: 'utf8' }).stdout;
+      const readsServed = () =>
+        replicaPorts
+          .map((port) => cli(port, 'info', 'commandstats'))
+          .flatMap((info) => [
+            ...info.matchAll(/^cmdstat_(get|hmget|lrange|hgetall):calls=(\d+)/gm),
+          ])
+          .reduce((sum, match) => sum + Number(match[2]), 0);
+      try {
+        expect(replicaPorts).toHaveLength(3);
+        for (const port of replicaPorts) cli(port, 'config', 'resetstat');
+        await store.init(); // writes a probe with SET, reads it back with GET
+        for (const key of ['a', 'b', 'c', 'd']) {
+          const lease = await acquired(store.tryAcquire(request('s', key)));
+          await store.complete(lease, encodeValue(key));
+        }
+        const listed = await store.list({ scope: 's' }); // SCAN, then HMGET per key
+        expect(listed.map((r) => r.state).sort()).toEqual(Array(4).fill('COMPLETE'));
+        expect((await store.tryAcquire(request('s', 'a'))).kind).toBe('duplicate');
+        expect(readsServed()).toBe(0);
+      } finally {
+        await store.close();
+        client.disconnect();
+      }
     });
 
     it("sends WAIT to the master of the record's slot: only a record whose master lost its replica warns", async () => {

@@ -14,9 +14,14 @@ import { AnyRedisClient, deletePrefix, snapshotScope } from './redis';
 /** Client options a suite varies: ioredis's auto-pipelining, which many applications turn on. */
 export interface IoredisVariant {
   enableAutoPipelining?: boolean;
+  /** Cluster only: where ioredis sends read-only commands. */
+  scaleReads?: 'master' | 'slave' | 'all';
 }
 
-export async function connectIoredis(url: string, variant: IoredisVariant = {}): Promise<Redis> {
+export async function connectIoredis(
+  url: string,
+  variant: Omit<IoredisVariant, 'scaleReads'> = {},
+): Promise<Redis> {
   const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3, ...variant });
   client.on('error', () => undefined);
   await client.connect();

@@ -166,9 +166,14 @@ function isPort(value: unknown): value is RedisClientPort {
   return value instanceof NodeRedisAdapter || value instanceof IoredisAdapter;
 }
 
-/** Server replies that mean "not now" rather than "wrong": loading, failing over, a busy script, out of memory. */
+/**
+ * Server replies that mean "not now" rather than "wrong": loading, failing
+ * over, a busy script, out of memory, and a slot that moved when the client
+ * did not follow it (ioredis hands a MOVED inside an auto-pipelined batch
+ * back as it came).
+ */
 const UNAVAILABLE_REPLY =
-  /^(LOADING|CLUSTERDOWN|MASTERDOWN|READONLY|TRYAGAIN|BUSY|NOREPLICAS|MISCONF|OOM)\b/;
+  /^(LOADING|CLUSTERDOWN|MASTERDOWN|READONLY|TRYAGAIN|BUSY|NOREPLICAS|MISCONF|OOM|MOVED|ASK)\b/;
 
 function classNames(error: object): string[] {
   const names: string[] = [];

@@ -44,6 +44,8 @@ export interface IoredisClusterClient extends IoredisCommon {
     keyPrefix?: string;
     redisOptions?: { keyPrefix?: string };
     enableAutoPipelining?: boolean;
+    /** Where ioredis sends read-only commands: 'master' (its default), 'slave', 'all' or a function. */
+    scaleReads?: unknown;
   };
   /** Slot → the keys (`host:port`) of its master, then its replicas. */
   readonly slots: ReadonlyArray<ReadonlyArray<string> | undefined>;
@@ -91,18 +93,30 @@ function sendBuffer(
   name: RedisArgument,
   rest: RedisArgument[],
 ): Promise<unknown> {
-  if (target.options.enableAutoPipelining) {
-    const method = (target as unknown as Record<string, unknown>)[
-      `${String(name).toLowerCase()}Buffer`
-    ];
-    if (typeof method === 'function') return (method as BufferCommand).apply(target, rest);
-  }
-  return target.callBuffer(String(name), ...rest);
+  if (!target.options.enableAutoPipelining) return target.callBuffer(String(name), ...rest);
+  const method = `${String(name).toLowerCase()}Buffer`;
+  const send = (target as unknown as Record<string, unknown>)[method];
+  if (typeof send === 'function') return (send as BufferCommand).apply(target, rest);
+  return Promise.reject(
+    new Error(
+      `this ioredis has no ${method} method, and the store cannot send ${String(name)} through callBuffer on a client with enableAutoPipelining`,
+    ),
+  );
 }
 
 /**
- * ioredis 5 behind the store's client port. Every command is `callBuffer`
- * (bulk strings as Buffers; ioredis speaks RESP2); on a Cluster ioredis routes
+ * The store's reads by key. Named in lower case (as the Buffer methods name
+ * them), ioredis counts them read-only, and a Cluster whose `scaleReads` is not
+ * 'master' sends them to a replica, which may not have the write just before
+ * them yet (the bootstrap's byte check reads what it wrote; receipts read their
+ * chain's head); under their upper-case names (`callBuffer`) they go to masters.
+ */
+const KEYED_READS = new Set(['GET', 'HMGET', 'LRANGE', 'HGETALL']);
+
+/**
+ * ioredis 5 behind the store's client port. Every command is `callBuffer`, or
+ * the command's own Buffer method under auto-pipelining (bulk strings as
+ * Buffers either way; ioredis speaks RESP2); on a Cluster ioredis routes
  * a command by the keys it finds in it (EVALSHA's, HMGET's…) and follows
  * MOVED and ASK itself, and re-reads its slot map on a failover by itself.
  * A standalone client that lost its connection after it was first ready is
@@ -116,9 +130,15 @@ export class IoredisAdapter implements RedisClientPort {
   readonly cluster: boolean;
   /** Ready once: from then on, not ready means reconnecting (before it, still connecting at startup). */
   private wasReady = false;
+  /** A Cluster that would send the store's reads to replicas: they go to the key's master instead. */
+  private readonly readsToMaster: boolean;
 
   constructor(private readonly client: IoredisClient) {
     this.cluster = isIoredisCluster(client);
+    this.readsToMaster =
+      isIoredisCluster(client) &&
+      client.options.enableAutoPipelining === true &&
+      (client.options.scaleReads ?? 'master') !== 'master';
     if (client.status === 'ready') this.wasReady = true;
     else client.on('ready', () => (this.wasReady = true));
   }
@@ -142,13 +162,19 @@ export class IoredisAdapter implements RedisClientPort {
     }
     const [name, ...rest] = args;
     // WAIT names no key: ioredis would send it to any node, not to the one that took the write.
-    if (isIoredisCluster(client) && key !== undefined && String(name).toUpperCase() === 'WAIT') {
+    // A read ioredis would send to a replica (see KEYED_READS) goes to the key's master too.
+    if (isIoredisCluster(client) && key !== undefined && this.toMaster(String(name))) {
       const owner = client.slots[keySlot(key)]?.[0];
       const master = client.nodes('master').find((node) => nodeKey(node) === owner);
       if (!master) return Promise.reject(new Error(`no known master holds the slot of ${key}`));
       return sendBuffer(master, name, rest);
     }
     return sendBuffer(client, name, rest);
+  }
+
+  private toMaster(name: string): boolean {
+    const upper = name.toUpperCase();
+    return upper === 'WAIT' || (this.readsToMaster && KEYED_READS.has(upper));
   }
 
   async masters(): Promise<RedisNode[]> {

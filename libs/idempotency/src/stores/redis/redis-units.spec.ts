@@ -60,6 +60,8 @@ describe('Redis error classes', () => {
       'READONLY x',
       'OOM command not allowed',
       'BUSY script',
+      'MOVED 3999 127.0.0.1:6381',
+      'ASK 3999 127.0.0.1:6381',
     ]) {
       expect(isUnavailable(new ErrorReply(reply)), reply).toBe(true);
     }
