@@ -111,7 +111,7 @@ function sendBuffer(
  * them yet (the bootstrap's byte check reads what it wrote; receipts read their
  * chain's head); under their upper-case names (`callBuffer`) they go to masters.
  */
-const KEYED_READS = new Set(['GET', 'HMGET', 'LRANGE', 'HGETALL']);
+const KEYED_READS = new Set(['GET', 'HMGET', 'LRANGE']);
 
 /**
  * ioredis 5 behind the store's client port. Every command is `callBuffer`, or
