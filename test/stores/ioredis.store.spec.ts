@@ -77,6 +77,26 @@ describe('RedisIdempotencyStore on ioredis: the client', () => {
     expect(none).toBeInstanceOf(IdempotencyConfigError);
     expect(none.message).toMatch(/ioredis 5/);
   });
+
+  it('refuses, when the store is made, an auto-pipelining ioredis client without a Buffer method the store sends through', () => {
+    // ioredis 5 has every one; a client without evalshaBuffer stands for one that does not.
+    const pipelined = new Redis({ lazyConnect: true, enableAutoPipelining: true });
+    expect(() => new RedisIdempotencyStore(pipelined)).not.toThrow();
+    Object.defineProperty(pipelined, 'evalshaBuffer', { value: undefined });
+    let refused: unknown;
+    try {
+      new RedisIdempotencyStore(pipelined);
+    } catch (error) {
+      refused = error;
+    }
+    expect(refused).toBeInstanceOf(IdempotencyConfigError);
+    expect((refused as Error).message).toMatch(/enableAutoPipelining on but no evalshaBuffer;/);
+    // Without auto-pipelining the store sends callBuffer, and needs none of them.
+    const plain = new Redis({ lazyConnect: true });
+    Object.defineProperty(plain, 'evalshaBuffer', { value: undefined });
+    expect(() => new RedisIdempotencyStore(plain)).not.toThrow();
+    expect(pipelined.status).toBe('wait');
+  });
 });
 
 describeIfRedis(hasRedisBinaries(), 'the redis-server binary')(

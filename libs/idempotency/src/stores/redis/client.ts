@@ -1,6 +1,12 @@
 import { IdempotencyConfigError, IdempotencyStoreUnavailableError } from '../../core/errors';
 import type { RedisClientPort, RedisNode } from './client.port';
-import { IoredisAdapter, IoredisClient, ioredisKeyPrefix, isIoredis } from './ioredis.adapter';
+import {
+  IoredisAdapter,
+  IoredisClient,
+  ioredisKeyPrefix,
+  isIoredis,
+  missingBufferMethods,
+} from './ioredis.adapter';
 import { isNodeRedis, NodeRedisAdapter, SUPPORTED_NODE_REDIS } from './node-redis.adapter';
 import type { RedisArgument, RedisClusterClient, RedisStandaloneClient } from './redis-client';
 
@@ -40,6 +46,12 @@ export function adaptRedisClient(
       if (prefix !== undefined) {
         throw new IdempotencyConfigError(
           `${where}: the ioredis client has option keyPrefix set; ioredis would prefix the store's keys but not the ones SCAN returns. Pass a client without keyPrefix and set the store's own keyPrefix option instead`,
+        );
+      }
+      const missing = missingBufferMethods(client);
+      if (missing.length > 0) {
+        throw new IdempotencyConfigError(
+          `${where}: the ioredis client has enableAutoPipelining on but no ${missing.join(', ')}; with that option the store sends each command through its own Buffer method (ioredis pipelines callBuffer without the command's name, redis/ioredis#1923). Use ioredis 5, or turn enableAutoPipelining off`,
         );
       }
       return new IoredisAdapter(client);

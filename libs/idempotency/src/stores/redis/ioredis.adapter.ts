@@ -104,6 +104,35 @@ function sendBuffer(
   );
 }
 
+/** Every command the store sends (./redis.store.ts, ./receipts.ts, ./client.ts). */
+const STORE_COMMANDS = [
+  'DEL',
+  'EVAL',
+  'EVALSHA',
+  'GET',
+  'HMGET',
+  'INFO',
+  'LRANGE',
+  'PING',
+  'SCAN',
+  'SCRIPT',
+  'SET',
+  'WAIT',
+];
+
+/**
+ * The Buffer methods the store would call under `enableAutoPipelining` (see
+ * `sendBuffer`) that this client lacks: none on ioredis 5, checked when the
+ * store is made so that a client without them fails at bootstrap.
+ */
+export function missingBufferMethods(client: IoredisClient): string[] {
+  if (!client.options?.enableAutoPipelining) return [];
+  const methods = client as unknown as Record<string, unknown>;
+  return STORE_COMMANDS.map((name) => `${name.toLowerCase()}Buffer`).filter(
+    (method) => typeof methods[method] !== 'function',
+  );
+}
+
 /**
  * The store's reads by key. Named in lower case (as the Buffer methods name
  * them), ioredis counts them read-only, and a Cluster whose `scaleReads` is not
