@@ -49,15 +49,16 @@ describe('RedisIdempotencyStore on ioredis: the client', () => {
     expect(fromUrl.clientLibrary).toBe('node-redis');
   });
 
+  const refusal = (make: () => unknown) => {
+    try {
+      make();
+    } catch (error) {
+      return error as Error;
+    }
+    throw new Error('not refused');
+  };
+
   it('refuses an ioredis client with keyPrefix, and anything that is no client, with IdempotencyConfigError', () => {
-    const refusal = (make: () => unknown) => {
-      try {
-        make();
-      } catch (error) {
-        return error as Error;
-      }
-      throw new Error('not refused');
-    };
     const prefixed = refusal(
       () => new RedisIdempotencyStore(new Redis({ lazyConnect: true, keyPrefix: 'app:' })),
     );
@@ -83,14 +84,9 @@ describe('RedisIdempotencyStore on ioredis: the client', () => {
     const pipelined = new Redis({ lazyConnect: true, enableAutoPipelining: true });
     expect(() => new RedisIdempotencyStore(pipelined)).not.toThrow();
     Object.defineProperty(pipelined, 'evalshaBuffer', { value: undefined });
-    let refused: unknown;
-    try {
-      new RedisIdempotencyStore(pipelined);
-    } catch (error) {
-      refused = error;
-    }
+    const refused = refusal(() => new RedisIdempotencyStore(pipelined));
     expect(refused).toBeInstanceOf(IdempotencyConfigError);
-    expect((refused as Error).message).toMatch(/enableAutoPipelining on but no evalshaBuffer;/);
+    expect(refused.message).toMatch(/enableAutoPipelining on but no evalshaBuffer;/);
     // Without auto-pipelining the store sends callBuffer, and needs none of them.
     const plain = new Redis({ lazyConnect: true });
     Object.defineProperty(plain, 'evalshaBuffer', { value: undefined });

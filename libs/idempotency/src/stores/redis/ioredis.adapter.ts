@@ -94,7 +94,7 @@ function sendBuffer(
   rest: RedisArgument[],
 ): Promise<unknown> {
   if (!target.options.enableAutoPipelining) return target.callBuffer(String(name), ...rest);
-  const method = `${String(name).toLowerCase()}Buffer`;
+  const method = bufferMethodOf(name);
   const send = (target as unknown as Record<string, unknown>)[method];
   if (typeof send === 'function') return (send as BufferCommand).apply(target, rest);
   return Promise.reject(
@@ -103,6 +103,9 @@ function sendBuffer(
     ),
   );
 }
+
+/** A command's own Buffer method: `EVALSHA` → `evalshaBuffer`. */
+const bufferMethodOf = (name: RedisArgument) => `${String(name).toLowerCase()}Buffer`;
 
 /** Every command the store sends (./redis.store.ts, ./receipts.ts, ./client.ts). */
 const STORE_COMMANDS = [
@@ -128,7 +131,7 @@ const STORE_COMMANDS = [
 export function missingBufferMethods(client: IoredisClient): string[] {
   if (!client.options?.enableAutoPipelining) return [];
   const methods = client as unknown as Record<string, unknown>;
-  return STORE_COMMANDS.map((name) => `${name.toLowerCase()}Buffer`).filter(
+  return STORE_COMMANDS.map(bufferMethodOf).filter(
     (method) => typeof methods[method] !== 'function',
   );
 }
